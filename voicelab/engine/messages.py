@@ -1,0 +1,234 @@
+"""Everything that crosses the UI/worker process boundary: frozen dataclasses only."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from voicelab.instruct.style import Style
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class PromptAudio:
+    """A validated voice prompt: mono float32 samples, already trimmed and loudness-normalised.
+
+    ``sha256`` is the hash of the decoded samples and keys the speaker-profile cache.
+    ``notices`` are sentences for the user about what intake changed (e.g. "only the first 30 s were used").
+    """
+
+    samples: np.ndarray
+    sample_rate: int
+    sha256: str
+    transcript: str = ""
+    notices: tuple[str, ...] = ()
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    """One generation. ``None`` controls mean "the voice's default"."""
+
+    text: str
+    length_scale: float | None = None
+    noise_scale: float | None = None
+    noise_w: float | None = None
+    sentence_silence_s: float = 0.2
+    seed: int | None = None
+    prompt: PromptAudio | None = None
+    style: Style = field(default_factory=Style)
+    instruction: str = ""
+    job_id: str = field(default_factory=new_job_id)
+    submitted_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class SynthesisResult:
+    """Audio plus the figures a user sees. Clone scores are ``None`` without a prompt."""
+
+    job_id: str
+    audio: np.ndarray
+    sample_rate: int
+    latency_s: float
+    backend: str
+    device: str
+    dtype: str
+    queue_wait_s: float = 0.0
+    peak_allocated_bytes: int = 0
+    similarity: float | None = None
+    similarity_base: float | None = None
+    f0_prompt_hz: float | None = None
+    f0_output_hz: float | None = None
+    style: Style = field(default_factory=Style)
+    seed: int | None = None
+    notices: tuple[str, ...] = ()
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    @property
+    def rtf(self) -> float:
+        """Real-time factor: synthesis seconds per audio second (lower is faster)."""
+        return self.latency_s / self.duration_s if self.duration_s > 0 else float("inf")
+
+    def metrics(self) -> dict[str, Any]:
+        """JSON-ready figures (no audio)."""
+        return {
+            "job_id": self.job_id,
+            "sample_rate": self.sample_rate,
+            "duration_s": round(self.duration_s, 3),
+            "latency_s": round(self.latency_s, 4),
+            "rtf": round(self.rtf, 4),
+            "queue_wait_s": round(self.queue_wait_s, 4),
+            "backend": self.backend,
+            "device": self.device,
+            "dtype": self.dtype,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "similarity": _round(self.similarity),
+            "similarity_base": _round(self.similarity_base),
+            "f0_prompt_hz": _round(self.f0_prompt_hz, 1),
+            "f0_output_hz": _round(self.f0_output_hz, 1),
+            "style": self.style.to_dict(),
+            "seed": self.seed,
+            "notices": list(self.notices),
+        }
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass(frozen=True)
+class AllocatorStats:
+    """PyTorch allocator figures from the worker (DESIGN.md, Telemetry). Zero on CPU.
+
+    fragmentation = non_releasable / cached_free (0 when nothing is cached).
+    alloc_retries and ooms are deltas since the previous sample.
+    """
+
+    device: str
+    allocated: int = 0
+    reserved: int = 0
+    non_releasable: int = 0
+    peak_allocated: int = 0
+    alloc_retries: int = 0
+    ooms: int = 0
+    largest_free_block: int | None = None
+    worker_pid: int = 0
+    worker_rss: int = 0
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def cached_free(self) -> int:
+        return max(self.reserved - self.allocated, 0)
+
+    @property
+    def fragmentation(self) -> float:
+        return self.non_releasable / self.cached_free if self.cached_free > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class MemoryBlock:
+    size: int
+    state: str  # "active_allocated", "active_pending_free" or "inactive"
+
+
+@dataclass(frozen=True)
+class MemorySegment:
+    address: int
+    total_size: int
+    segment_type: str  # "large" or "small"
+    blocks: tuple[MemoryBlock, ...]
+
+
+@dataclass(frozen=True)
+class SegmentSnapshot:
+    """The allocator's segment map, for the "Inspect memory" picture."""
+
+    device: str
+    segments: tuple[MemorySegment, ...]
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def largest_free_block(self) -> int:
+        return max((b.size for s in self.segments for b in s.blocks if b.state == "inactive"), default=0)
+
+
+class ControlKind(str, Enum):
+    CLEAN_CACHE = "clean_cache"
+    SNAPSHOT = "snapshot"
+    STATS = "stats"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True)
+class ControlRequest:
+    """Runs in the worker between jobs."""
+
+    kind: ControlKind
+    clear_profiles: bool = False
+    request_id: str = field(default_factory=new_job_id)
+
+
+@dataclass(frozen=True)
+class CleanReport:
+    before: AllocatorStats
+    after: AllocatorStats
+    cleared: tuple[str, ...]
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class ControlReply:
+    request_id: str
+    payload: CleanReport | SegmentSnapshot | AllocatorStats | None
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """A failed job or control request; ``error_type`` names a class in ``voicelab.errors``."""
+
+    request_id: str
+    error_type: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    clone: bool
+    instruct: bool
+    languages: tuple[str, ...]
+    streaming: bool
+    sample_rate: int
+
+
+@dataclass(frozen=True)
+class WorkerReady:
+    """The READY handshake: sent once the model is loaded and warmed up."""
+
+    pid: int
+    backend: str
+    device: str
+    dtype: str
+    capabilities: Capabilities
+    load_s: float
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Sent every second by the worker, also while a job runs."""
+
+    stats: AllocatorStats
+    busy_job_id: str | None

@@ -1,0 +1,83 @@
+"""Application settings: defaults, then VOICELAB_* environment variables, then command-line flags."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob in one place; field names map to ``VOICELAB_<NAME>`` environment variables."""
+
+    host: str = "127.0.0.1"
+    port: int = 7860
+    backend: str = "piper"
+    voice_path: str = ""  # empty: the built-in en_US-joe-medium voice
+    device: str = "auto"  # auto, cpu or cuda[:N]
+    dtype: str = "float32"  # float32, bfloat16 or float16
+    queue_size: int = 16
+    job_timeout_s: float = 300.0
+    max_text_chars: int = 5000
+    profile_cache_size: int = 8
+    outputs_dir: str = "outputs"
+    auth: str = ""  # "user:password" enables Gradio login
+    max_upload_mb: int = 50
+    auto_clean: bool = True
+    auto_clean_cached_share: float = 0.25  # clean when cached-free exceeds this share of the device
+    auto_clean_fragmentation: float = 0.5
+    idle_offload_minutes: float = 0.0  # 0 disables offloading an idle model
+    leak_warn_mib: float = 64.0
+    torch_threads: int = 0  # 0: PyTorch's default
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def outputs_path(self) -> Path:
+        return Path(self.outputs_dir).resolve()
+
+
+def _coerce(kind: Any, raw: str) -> Any:
+    if kind in (bool, "bool"):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if kind in (int, "int"):
+        return int(raw)
+    if kind in (float, "float"):
+        return float(raw)
+    return raw
+
+
+def from_environment(base: Settings | None = None, environ: dict[str, str] | None = None) -> Settings:
+    """Apply ``VOICELAB_*`` overrides (e.g. ``VOICELAB_PORT=7861``)."""
+    base = base or Settings()
+    environ = dict(os.environ) if environ is None else environ
+    changes: dict[str, Any] = {}
+    for f in fields(Settings):
+        key = f"VOICELAB_{f.name.upper()}"
+        if key in environ and f.name != "extra":
+            changes[f.name] = _coerce(f.type, environ[key])
+    return replace(base, **changes)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags for every scalar setting, e.g. ``--queue-size 8``; defaults come from the environment."""
+    for f in fields(Settings):
+        if f.name == "extra":
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, dest=f.name, default=None, type=lambda s: _coerce(bool, s))
+        else:
+            parser.add_argument(flag, dest=f.name, default=None, type=lambda s, t=f.type: _coerce(t, s))
+
+
+def from_arguments(namespace: argparse.Namespace, base: Settings | None = None) -> Settings:
+    settings = from_environment(base)
+    changes = {
+        f.name: getattr(namespace, f.name)
+        for f in fields(Settings)
+        if getattr(namespace, f.name, None) is not None and f.name != "extra"
+    }
+    return replace(settings, **changes)
