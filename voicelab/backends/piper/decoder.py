@@ -1,0 +1,109 @@
+"""HiFi-GAN generator: latent frames z [B, C, T] -> waveform [B, 1, T * hop] (inference only).
+
+Weight norm was folded into plain weights when the voice was exported, so every layer is a plain conv.
+Batched inputs carry a frame mask: every conv input is zeroed past an item's length, which reproduces
+exactly the zero padding an item sees when it is run on its own.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LRELU_SLOPE = 0.1
+
+
+def _padding(kernel_size: int, dilation: int) -> int:
+    return (kernel_size * dilation - dilation) // 2
+
+
+def _masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    return x if mask is None else x * mask
+
+
+class ResBlock1(nn.Module):
+    """Pairs of (dilated conv, plain conv) with residuals; used by Piper's "high" voices."""
+
+    def __init__(self, channels: int, kernel_size: int, dilations: tuple[int, ...]) -> None:
+        super().__init__()
+        self.convs1 = nn.ModuleList(
+            nn.Conv1d(channels, channels, kernel_size, dilation=d, padding=_padding(kernel_size, d)) for d in dilations
+        )
+        self.convs2 = nn.ModuleList(
+            nn.Conv1d(channels, channels, kernel_size, padding=_padding(kernel_size, 1)) for _ in dilations
+        )
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        for conv1, conv2 in zip(self.convs1, self.convs2, strict=True):
+            xt = conv1(_masked(F.leaky_relu(x, LRELU_SLOPE), mask))
+            xt = conv2(_masked(F.leaky_relu(xt, LRELU_SLOPE), mask))
+            x = xt.add_(x)
+        return x
+
+
+class ResBlock2(nn.Module):
+    """Dilated convs with residuals; used by Piper's "x_low", "low" and "medium" voices."""
+
+    def __init__(self, channels: int, kernel_size: int, dilations: tuple[int, ...]) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(
+            nn.Conv1d(channels, channels, kernel_size, dilation=d, padding=_padding(kernel_size, d)) for d in dilations
+        )
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        for conv in self.convs:
+            x = conv(_masked(F.leaky_relu(x, LRELU_SLOPE), mask)).add_(x)
+        return x
+
+
+RESBLOCKS: dict[str, type[ResBlock1] | type[ResBlock2]] = {"1": ResBlock1, "2": ResBlock2}
+
+
+class Generator(nn.Module):
+    """conv_pre -> [leaky ReLU, transposed-conv upsample, mean of resblocks] per stage -> conv_post -> tanh."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        resblock: str,
+        resblock_kernel_sizes: tuple[int, ...],
+        resblock_dilation_sizes: tuple[tuple[int, ...], ...],
+        upsample_rates: tuple[int, ...],
+        upsample_initial_channel: int,
+        upsample_kernel_sizes: tuple[int, ...],
+        gin_channels: int,
+    ) -> None:
+        super().__init__()
+        self.upsample_rates = upsample_rates
+        self.num_kernels = len(resblock_kernel_sizes)
+        self.conv_pre = nn.Conv1d(in_channels, upsample_initial_channel, 7, padding=3)
+        self.ups = nn.ModuleList()
+        self.resblocks = nn.ModuleList()
+        channels = upsample_initial_channel
+        for rate, kernel in zip(upsample_rates, upsample_kernel_sizes, strict=True):
+            self.ups.append(nn.ConvTranspose1d(channels, channels // 2, kernel, rate, padding=(kernel - rate) // 2))
+            channels //= 2
+            for k, dilations in zip(resblock_kernel_sizes, resblock_dilation_sizes, strict=True):
+                self.resblocks.append(RESBLOCKS[resblock](channels, k, dilations))
+        self.conv_post = nn.Conv1d(channels, 1, 7, padding=3, bias=False)
+        self.cond = nn.Conv1d(gin_channels, upsample_initial_channel, 1) if gin_channels else None
+
+    def forward(self, z: torch.Tensor, frame_mask: torch.Tensor | None, g: torch.Tensor | None) -> torch.Tensor:
+        """z [B, C, T] (zero past each length), frame_mask [B, 1, T] or None -> audio [B, 1, T * hop]."""
+        x = self.conv_pre(z)
+        if self.cond is not None and g is not None:
+            x = x + self.cond(g)
+        mask = frame_mask
+        for i, (rate, up) in enumerate(zip(self.upsample_rates, self.ups, strict=True)):
+            x = up(_masked(F.leaky_relu(x, LRELU_SLOPE), mask))
+            if mask is not None:
+                mask = mask.repeat_interleave(rate, dim=-1)
+            blocks = self.resblocks[i * self.num_kernels : (i + 1) * self.num_kernels]
+            total = blocks[0](x, mask)
+            for block in blocks[1:]:
+                total = total.add_(block(x, mask))
+            x = total.div_(self.num_kernels)
+        # The last activation uses PyTorch's default slope (0.01), as in the trained model.
+        x = self.conv_post(_masked(F.leaky_relu(x), mask))
+        return torch.tanh(x)
