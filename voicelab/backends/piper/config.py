@@ -29,6 +29,7 @@ class VoiceConfig:
     hop_length: int = 256
     vowel_clusters: frozenset[tuple[str, ...]] = frozenset()
     speaker_id_map: Mapping[str, int] | None = None
+    default_speaker_id: int = 0
 
 
 def read_voice_config(path: str | Path, name: str = "") -> VoiceConfig:
@@ -67,4 +68,5 @@ def _from_dict(raw: dict[str, Any], name: str) -> VoiceConfig:
         hop_length=int(raw.get("hop_length", 256)),
         vowel_clusters=frozenset(tuple(c) for c in raw.get("vowel_clusters") or ()),
         speaker_id_map={str(k): int(v) for k, v in raw.get("speaker_id_map", {}).items()} or None,
+        default_speaker_id=int(raw.get("default_speaker_id", 0)),
     )

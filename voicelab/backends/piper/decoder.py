@@ -57,7 +57,7 @@ class ResBlock2(nn.Module):
         return x
 
 
-RESBLOCKS: dict[str, type[ResBlock1] | type[ResBlock2]] = {"1": ResBlock1, "2": ResBlock2}
+RESBLOCKS: dict[str, type[ResBlock1 | ResBlock2]] = {"1": ResBlock1, "2": ResBlock2}
 
 
 class Generator(nn.Module):

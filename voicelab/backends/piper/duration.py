@@ -110,16 +110,16 @@ class ConvFlow(nn.Module):
 
     def __init__(self, channels: int, filter_channels: int, kernel_size: int, num_bins: int, tail_bound: float) -> None:
         super().__init__()
-        self.half = channels // 2
+        self.half_channels = channels // 2
         self.num_bins = num_bins
         self.tail_bound = tail_bound
         self.filter_channels = filter_channels
-        self.pre = nn.Conv1d(self.half, filter_channels, 1)
+        self.pre = nn.Conv1d(self.half_channels, filter_channels, 1)
         self.convs = DDSConv(filter_channels, kernel_size, n_layers=3)
-        self.proj = nn.Conv1d(filter_channels, self.half * (num_bins * 3 - 1), 1)
+        self.proj = nn.Conv1d(filter_channels, self.half_channels * (num_bins * 3 - 1), 1)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        x0, x1 = x[:, : self.half], x[:, self.half :]
+        x0, x1 = x[:, : self.half_channels], x[:, self.half_channels :]
         h = self.proj(self.convs(self.pre(x0), mask, g=g)) * mask
         b, c, t = x0.shape
         h = h.reshape(b, c, -1, t).permute(0, 1, 3, 2)  # [B, c, T, 3K-1]

@@ -207,13 +207,13 @@ class ResidualCouplingLayer(nn.Module):
         gin_channels: int,
     ) -> None:
         super().__init__()
-        self.half = channels // 2
-        self.pre = nn.Conv1d(self.half, hidden_channels, 1)
+        self.half_channels = channels // 2
+        self.pre = nn.Conv1d(self.half_channels, hidden_channels, 1)
         self.enc = WN(hidden_channels, kernel_size, dilation_rate, n_layers, gin_channels)
-        self.post = nn.Conv1d(hidden_channels, self.half, 1)
+        self.post = nn.Conv1d(hidden_channels, self.half_channels, 1)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
-        x0, x1 = x[:, : self.half], x[:, self.half :]
+        x0, x1 = x[:, : self.half_channels], x[:, self.half_channels :]
         h = self.enc(self.pre(x0) * mask, mask, g)
         m = self.post(h) * mask
         return torch.cat([x0, (x1 - m) * mask], 1)

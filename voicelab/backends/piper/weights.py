@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
+from onnx import numpy_helper
 
 from voicelab.backends.piper.model import VitsDims, VitsModel
 from voicelab.errors import BackendLoadError
@@ -47,9 +49,6 @@ class VoiceWeights:
 
 def read_voice_weights(path: str | Path) -> VoiceWeights:
     """Read every weight from a Piper ``.onnx`` file; raises BackendLoadError with one sentence."""
-    import onnx  # noqa: PLC0415 - only loading needs it
-    from onnx import numpy_helper  # noqa: PLC0415
-
     path = Path(path)
     if not path.is_file():
         raise BackendLoadError(f"The voice model {path} does not exist.")
