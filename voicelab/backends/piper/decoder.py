@@ -34,10 +34,12 @@ class ResBlock1(nn.Module):
             nn.Conv1d(channels, channels, kernel_size, padding=_padding(kernel_size, 1)) for _ in dilations
         )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        for conv1, conv2 in zip(self.convs1, self.convs2, strict=True):
-            xt = conv1(_masked(F.leaky_relu(x, LRELU_SLOPE), mask))
-            xt = conv2(_masked(F.leaky_relu(xt, LRELU_SLOPE), mask))
+    def forward(self, x: torch.Tensor, x_act: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """x [B, C, T] and its activation leaky_relu(x) (shared by the resblocks of a stage), masked."""
+        for i, (conv1, conv2) in enumerate(zip(self.convs1, self.convs2, strict=True)):
+            act = x_act if i == 0 else _masked(F.leaky_relu(x, LRELU_SLOPE), mask)
+            xt = conv1(act)
+            xt = conv2(_masked(F.leaky_relu(xt, LRELU_SLOPE, inplace=True), mask))
             x = xt.add_(x)
         return x
 
@@ -51,9 +53,11 @@ class ResBlock2(nn.Module):
             nn.Conv1d(channels, channels, kernel_size, dilation=d, padding=_padding(kernel_size, d)) for d in dilations
         )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        for conv in self.convs:
-            x = conv(_masked(F.leaky_relu(x, LRELU_SLOPE), mask)).add_(x)
+    def forward(self, x: torch.Tensor, x_act: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """x [B, C, T] and its activation leaky_relu(x) (shared by the resblocks of a stage), masked."""
+        for i, conv in enumerate(self.convs):
+            act = x_act if i == 0 else _masked(F.leaky_relu(x, LRELU_SLOPE), mask)
+            x = conv(act).add_(x)
         return x
 
 
@@ -96,14 +100,15 @@ class Generator(nn.Module):
             x = x + self.cond(g)
         mask = frame_mask
         for i, (rate, up) in enumerate(zip(self.upsample_rates, self.ups, strict=True)):
-            x = up(_masked(F.leaky_relu(x, LRELU_SLOPE), mask))
+            x = up(_masked(F.leaky_relu(x, LRELU_SLOPE, inplace=True), mask))
             if mask is not None:
                 mask = mask.repeat_interleave(rate, dim=-1)
+            x_act = _masked(F.leaky_relu(x, LRELU_SLOPE), mask)
             blocks = self.resblocks[i * self.num_kernels : (i + 1) * self.num_kernels]
-            total = blocks[0](x, mask)
+            total = blocks[0](x, x_act, mask)
             for block in blocks[1:]:
-                total = total.add_(block(x, mask))
+                total = total.add_(block(x, x_act, mask))
             x = total.div_(self.num_kernels)
         # The last activation uses PyTorch's default slope (0.01), as in the trained model.
-        x = self.conv_post(_masked(F.leaky_relu(x), mask))
-        return torch.tanh(x)
+        x = self.conv_post(_masked(F.leaky_relu(x, inplace=True), mask))
+        return torch.tanh_(x)

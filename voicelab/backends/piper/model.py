@@ -334,10 +334,11 @@ class VitsModel(nn.Module):
 def _noise(
     shape: tuple[int, ...] | torch.Size, scale: float, generator: torch.Generator | None, like: torch.Tensor
 ) -> torch.Tensor:
-    """Standard normal noise times scale; no draw at all when scale is 0 (deterministic synthesis)."""
+    """Standard normal noise times scale, drawn on the generator's device; no draw when scale is 0."""
     if scale == 0:
         return torch.zeros(shape, dtype=like.dtype, device=like.device)
-    return torch.randn(shape, generator=generator, dtype=like.dtype, device=like.device) * scale
+    device = generator.device if generator is not None else like.device
+    return torch.randn(shape, generator=generator, dtype=like.dtype, device=device).to(like.device) * scale
 
 
 def _frames_to_phonemes(durations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
