@@ -1,6 +1,6 @@
 """English words and phrases for style instructions (lower case; phrases are space-separated words).
 
-Grades follow ``scales``: plain words take grade 2 ("slowly" → 0.75×), strong words 3 ("shout" → +9 dB).
+Grades follow ``scales``: plain words take grade 2 ("slowly" → 0.75x), strong words 3 ("shout" → +9 dB).
 Secondary hints (``hint``) are what a descriptor suggests ("warm" → slightly lower pitch); a plain
 statement about the same attribute wins over them.
 """

@@ -4,14 +4,14 @@ How words combine (scales in ``scales``):
 
 - Clauses are split at punctuation and at "and"/"but"/"和"/"但是"...; intensity, negation and the
   noun a direction word attaches to ("higher pitch", "音量大一点") stay inside one clause.
-- Intensity shifts a word's grade: "slowly" 0.75×, "very slowly" 0.6×, "a bit slower"/"稍微慢一点" 0.9×,
-  "extremely slowly" 0.5×. A postfix intensity ("慢一点", "快得多") modifies the word before it; an
+- Intensity shifts a word's grade: "slowly" 0.75x, "very slowly" 0.6x, "a bit slower"/"稍微慢一点" 0.9x,
+  "extremely slowly" 0.5x. A postfix intensity ("慢一点", "快得多") modifies the word before it; an
   English one left at the end of a clause ("slow down a little") modifies the clause's last word.
-- Negation gives a slight step the other way: "not too fast" → 0.9×, "don't shout"/"别太大声" → −3 dB;
-  a negated emotion, age or gender is simply not set. "less" keeps a given intensity ("much less loud" → −6 dB).
+- Negation gives a slight step the other way: "not too fast" → 0.9x, "don't shout"/"别太大声" → -3 dB;
+  a negated emotion, age or gender is simply not set. "less" keeps a given intensity ("much less loud" → -6 dB).
 - Several words on one attribute: plain statements beat hints from descriptors ("warm" hints a lower
-  pitch, "higher pitch" says it); same-direction mentions take the strongest ("deep, low voice" → −3 st,
-  not −6); opposite directions take the later one. Numbers ("1.2x", "+2 semitones") beat words.
+  pitch, "higher pitch" says it); same-direction mentions take the strongest ("deep, low voice" → -3 st,
+  not -6); opposite directions take the later one. Numbers ("1.2x", "+2 semitones") beat words.
 - Emotion, age and gender: plain words beat hints; the later wins.
 """
 

@@ -5,26 +5,26 @@ Each scalar ``Style`` attribute has a neutral value and a four-step ladder per d
 numbers. Grades: 1 = slight ("a bit", "稍微", "一点"), 2 = plain ("slowly", "慢"), 3 = strong
 ("very", "非常", "很"), 4 = extreme ("extremely", "极其").
 
-| attribute        | neutral | up: slight / plain / strong / extreme | down: slight / plain / strong / extreme | limits      |
-|------------------|---------|---------------------------------------|-----------------------------------------|-------------|
-| speed (×)        | 1.0     | 1.1 / 1.3 / 1.6 / 2.0                 | 0.9 / 0.75 / 0.6 / 0.5                  | 0.5 – 2.0   |
-| pitch (semitones)| 0       | +1.5 / +3 / +5 / +8                   | −1.5 / −3 / −5 / −8                     | −12 – +12   |
-| pitch range (×)  | 1.0     | 1.2 / 1.5 / 2.0 / 2.5                 | 0.85 / 0.7 / 0.5 / 0.3                  | 0.3 – 2.5   |
-| volume (dB)      | 0       | +3 / +6 / +9 / +12                    | −3 / −6 / −9 / −12                      | −12 – +12   |
+| attribute         | neutral | up: grade 1 / 2 / 3 / 4 | down: grade 1 / 2 / 3 / 4 | limits   |
+|-------------------|---------|-------------------------|---------------------------|----------|
+| speed (x)         | 1.0     | 1.1 / 1.3 / 1.6 / 2.0   | 0.9 / 0.75 / 0.6 / 0.5    | 0.5, 2.0 |
+| pitch (semitones) | 0       | +1.5 / +3 / +5 / +8     | -1.5 / -3 / -5 / -8       | -12, +12 |
+| pitch range (x)   | 1.0     | 1.2 / 1.5 / 2.0 / 2.5   | 0.85 / 0.7 / 0.5 / 0.3    | 0.3, 2.5 |
+| volume (dB)       | 0       | +3 / +6 / +9 / +12      | -3 / -6 / -9 / -12        | -12, +12 |
 
-A negated word ("not too fast", "别太大声") gives the *slight* step the other way (speed 0.9, −3 dB).
+A negated word ("not too fast", "别太大声") gives the *slight* step the other way (speed 0.9, -3 dB).
 Numbers in the text ("1.2x", "+2 semitones", "-3 dB") are used as given, clipped to the limits.
 """
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 SLIGHT, PLAIN, STRONG, EXTREME = 1, 2, 3, 4
 GRADES = (SLIGHT, PLAIN, STRONG, EXTREME)
 
 
-class Attr(str, Enum):
+class Attr(StrEnum):
     """A scalar ``Style`` attribute; the value is the ``Style`` field name."""
 
     SPEED = "speed"

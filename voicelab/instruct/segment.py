@@ -29,13 +29,14 @@ class Token:
 
 _NUMBER = re.compile(
     r"(?P<num>[+-]?\d+(?:\.\d+)?|[一二两三四五六七八九十]{1,3})\s*"
-    r"(?P<unit>x|×|times|倍速|倍|semitones?|st|个半音|半音|db|decibels?|分贝)(?![a-z])"
+    r"(?P<unit>x|\u00d7|times|倍速|倍|semitones?|st|个半音|半音|db|decibels?|分贝)(?![a-z])"
     r"(?:\s*(?P<dir>higher|lower|louder|quieter|softer|faster|slower|up|down)\b)?"
 )
 _PIECE = re.compile(r"(?P<word>[a-z]+(?:['-][a-z]+)*)|(?P<cjk>[\u3400-\u4dbf\u4e00-\u9fff]+)|(?P<num>\d+(?:\.\d+)?)|\S")
-_BOUNDARY_MARKS = frozenset(',.;:!?。、，；：！？…—–-()（）[]{}/|&~"“”「」『』《》')
+# after NFKC, full-width Chinese punctuation is plain ASCII, except these marks
+_BOUNDARY_MARKS = frozenset(',.;:!?()[]{}/|&~"-\u2013\u2014\u2026\u3001\u3002\u201c\u201d\u300a\u300b')
 _UNIT_ATTR: Mapping[str, Attr] = {
-    **dict.fromkeys(("x", "×", "times", "倍速", "倍"), Attr.SPEED),
+    **dict.fromkeys(("x", "\u00d7", "times", "倍速", "倍"), Attr.SPEED),
     **dict.fromkeys(("semitone", "semitones", "st", "个半音", "半音"), Attr.PITCH),
     **dict.fromkeys(("db", "decibel", "decibels", "分贝"), Attr.VOLUME),
 }
