@@ -274,8 +274,8 @@ _EMOTIONS = {
 
 _AGE_GENDER = {
     **words(content(cats=(Age.CHILD,)), "child", "children", "kid", "kids", "childlike", "child-like", "toddler"),
-    **words(content(cats=(Age.CHILD, Gender.MALE)), "little boy", "schoolboy", "young boy"),
-    **words(content(cats=(Age.CHILD, Gender.FEMALE)), "little girl", "schoolgirl", "young girl"),
+    **words(content(cats=(Age.CHILD, Gender.MALE)), "little boy", "a little boy", "schoolboy", "young boy"),
+    **words(content(cats=(Age.CHILD, Gender.FEMALE)), "little girl", "a little girl", "schoolgirl", "young girl"),
     **words(content(cats=(Gender.MALE,), hint_cats=(Age.YOUNG_ADULT,)), "boy", "boys", "boyish"),
     **words(content(cats=(Gender.FEMALE,), hint_cats=(Age.YOUNG_ADULT,)), "girl", "girls", "girlish"),
     **words(
