@@ -34,6 +34,7 @@ Combining: an explicit ``speed`` replaces the recipe and age speeds; pitch and g
 formant factors multiply; tilt = 0.2 dB/oct per dB of explicit volume (loud is brighter) plus recipe
 and age tilt. Age and gender are shifts relative to the voice: pass the voice's own gender/age and a
 request that matches it adds nothing ("female" on a female prompt does not raise the pitch again).
+For a child, the gender shift is halved (boys' and girls' voices differ little before puberty).
 """
 
 from __future__ import annotations
@@ -161,8 +162,11 @@ def style_adjust(style: Style, voice_gender: Gender | None = None, voice_age: Ag
         shifts.append(_AGE_SHIFTS[style.age])
         notes.append(f"age {style.age.value}: {_shift_note(_AGE_SHIFTS[style.age])}")
     if style.gender is not None and style.gender != voice_gender:
-        shifts.append(_GENDER_SHIFTS[style.gender])
-        notes.append(f"gender {style.gender.value}: {_shift_note(_GENDER_SHIFTS[style.gender])}")
+        gender = _GENDER_SHIFTS[style.gender]
+        if style.age is Age.CHILD:  # children's voices differ little by sex: half the shift
+            gender = _scaled(gender, 0.5)
+        shifts.append(gender)
+        notes.append(f"gender {style.gender.value}: {_shift_note(gender)}")
 
     speed = style.speed if style.speed is not None else recipe.speed * math.prod(s.speed for s in shifts)
     volume = style.volume_db or 0.0
@@ -178,6 +182,17 @@ def style_adjust(style: Style, voice_gender: Gender | None = None, voice_age: Ag
         tilt_db_per_octave=_limit("tilt", tilt),
         whisper=recipe.whisper,
         notes=tuple(notes),
+    )
+
+
+def _scaled(shift: VoiceShift, k: float) -> VoiceShift:
+    """``shift`` applied ``k`` times as strongly (factors scale in the log domain)."""
+    return VoiceShift(
+        pitch_semitones=shift.pitch_semitones * k,
+        pitch_range=shift.pitch_range**k,
+        formant_factor=shift.formant_factor**k,
+        speed=shift.speed**k,
+        tilt_db_per_octave=shift.tilt_db_per_octave * k,
     )
 
 
