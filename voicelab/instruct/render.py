@@ -17,7 +17,7 @@ and softens; fear raises but narrows and hurries.
 | fearful   | 1.12    | +2.5     | 0.80    | -3      | -0.5        | no      |
 | disgusted | 0.88    | -1.5     | 0.90    | -1      | -0.5        | no      |
 | calm      | 0.93    | -0.5     | 0.80    | -2      | -0.5        | no      |
-| whisper   | 0.95    | 0        | 1.00    | -6      | 0           | yes     |
+| whisper   | 0.95    | 0        | 1.00    | -4      | 0           | yes     |
 
 Age and gender move pitch and formants (a child's vocal tract is shorter, so its formants sit higher):
 
@@ -113,7 +113,7 @@ _RECIPES: Mapping[Emotion, EmotionRecipe] = MappingProxyType(
         Emotion.FEARFUL: EmotionRecipe(1.12, 2.5, 0.80, -3.0, -0.5),
         Emotion.DISGUSTED: EmotionRecipe(0.88, -1.5, 0.90, -1.0, -0.5),
         Emotion.CALM: EmotionRecipe(0.93, -0.5, 0.80, -2.0, -0.5),
-        Emotion.WHISPER: EmotionRecipe(0.95, 0.0, 1.0, -6.0, 0.0, whisper=True),
+        Emotion.WHISPER: EmotionRecipe(0.95, 0.0, 1.0, -4.0, 0.0, whisper=True),
     }
 )
 _AGE_SHIFTS: Mapping[Age, VoiceShift] = MappingProxyType(
