@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from voicelab.errors import InvalidSettingError
@@ -56,6 +58,10 @@ ENGLISH = [
     ("lower the pitch by 2 semitones", {"pitch_semitones": -2.0}),
     ("+3 dB", {"volume_db": 3.0}),
     ("5x faster", {"speed": 2.0}),
+    ("not too slow, not too fast", {"speed": 1.0}),
+    ("female, 30 years old", {"gender": "female", "age": "young adult"}),
+    ("a 70-year-old man", {"age": "elderly", "gender": "male"}),
+    ("make it sound mysterious", {"speed": 0.9, "pitch_semitones": -1.5, "volume_db": -3.0}),
 ]
 
 CHINESE = [
@@ -91,6 +97,9 @@ CHINESE = [
     ("男声\uff0c低沉", {"gender": "male", "pitch_semitones": -3.0}),
     ("1.5倍速", {"speed": 1.5}),
     ("降低两个半音", {"pitch_semitones": -2.0}),
+    ("六十多岁的老人", {"age": "elderly"}),
+    ("不快不慢", {"speed": 1.0}),
+    ("不要那么快", {"speed": 0.9}),
 ]
 
 
@@ -195,3 +204,15 @@ def test_overlong_instruction_is_refused_with_a_clear_message() -> None:
 def test_lexicons_are_lower_case_and_nonempty() -> None:
     assert len(EN_LEXICON) > 300 and len(ZH_LEXICON) > 300
     assert all(key == key.lower().strip() and "  " not in key for key in EN_LEXICON)
+
+
+def test_random_word_salad_never_crashes_and_stays_in_range() -> None:
+    rng = random.Random(1234)
+    pieces = [*EN_LEXICON, *ZH_LEXICON, ",", "\uff0c", "!", "-", "3", "+2", "x", "db", "半音", "岁", "紫色", "purple"]
+    for i in range(1500):
+        words = [rng.choice(pieces) for _ in range(rng.randint(0, 10))]
+        style = parse_instruction((" " if i % 2 else "").join(words)).style
+        assert style.speed is None or 0.5 <= style.speed <= 2.0
+        assert style.pitch_semitones is None or abs(style.pitch_semitones) <= 12
+        assert style.pitch_range is None or 0.3 <= style.pitch_range <= 2.5
+        assert style.volume_db is None or abs(style.volume_db) <= 12

@@ -43,7 +43,9 @@ _SPEED = {
         "taking your time",
         "relaxed pace",
     ),
-    **words(content(fx(S, -1, STRONG)), "drawn-out", "drawn out", "drawling", "drawl", "sluggish", "sluggishly"),
+    **words(
+        content(fx(S, -1, STRONG)), "slowest", "drawn-out", "drawn out", "drawling", "drawl", "sluggish", "sluggishly"
+    ),
     **words(
         content(fx(S, +1)),
         "fast",
@@ -66,6 +68,7 @@ _SPEED = {
         "speed up",
         "in a hurry",
     ),
+    **words(content(fx(S, +1, STRONG)), "fastest", "quickest"),
     **words(content(fx(S, +1, SLIGHT)), "brisk", "briskly", "snappy", "pacy"),
     **words(content(fx(S, 0)), "steady pace", "normal pace", "even pace"),
 }
@@ -75,6 +78,7 @@ _PITCH = {
     **words(direction(+1, P, STRONG), "highest"),
     **words(direction(-1, P), "low", "lower", "lowered"),
     **words(direction(-1, P, STRONG), "lowest"),
+    **words(content(fx(P, -1, STRONG)), "deepest"),
     **words(content(fx(P, -1)), "deep", "deeper", "bass", "baritone", "low-pitched", "low pitched", "deep-voiced"),
     **words(content(fx(P, +1)), "high-pitched", "high pitched", "squeaky", "piping"),
     **words(content(fx(P, +1, STRONG)), "shrill", "falsetto"),
@@ -175,6 +179,7 @@ _VOLUME = {
         "keep it down",
         "turn it down",
     ),
+    **words(content(fx(V, -1, STRONG)), "softest", "quietest"),
     **words(content(fx(V, -1), hint(S, -1)), "mumble", "mumbling", "mumbled", "murmur", "murmuring", "murmured"),
     **words(content(hint(V, -1)), "weak", "weakly", "feeble", "frail"),
 }
@@ -193,7 +198,16 @@ _DESCRIPTORS = {
     **words(content(hint(R, -1), hint_cats=(Emotion.NEUTRAL,)), "formal", "formally", "news anchor", "newsreader"),
     **words(content(hint(R, -1), hint_cats=(Emotion.NEUTRAL,)), "announcer", "broadcaster"),
     **words(content(hint(V, +1), hint(P, -1)), "authoritative", "commanding", "confident", "confidently"),
-    **words(content(hint(V, +1), hint(P, -1)), "assertive", "firm", "firmly"),
+    **words(content(hint(V, +1), hint(P, -1)), "assertive", "firm", "firmly", "authority", "with authority"),
+    **words(content(hint(R, +1), hint_cats=(Emotion.HAPPY,)), "friendly", "welcoming", "warm-hearted", "kindhearted"),
+    **words(content(hint(R, -1, PLAIN), hint(S, -1), hint_cats=(Emotion.NEUTRAL,)), "bored", "boring", "uninterested"),
+    **words(content(hint(R, -1, PLAIN), hint(S, -1), hint_cats=(Emotion.NEUTRAL,)), "indifferent", "apathetic"),
+    **words(content(hint(V, -1), hint(S, -1), hint(P, -1)), "mysterious", "mysteriously", "spooky", "eerie", "creepy"),
+    **words(content(hint(V, -1), hint(S, -1), hint(P, -1)), "ominous", "ominously", "ghost story", "suspenseful"),
+    **words(content(hint(R, +1, PLAIN), hint(S, -1)), "sarcastic", "sarcastically", "mocking", "ironic", "ironically"),
+    **words(content(hint(S, -1), hint(V, -1), hint_cats=(Emotion.CALM,)), "bedtime story", "lullaby"),
+    **words(content(hint(R, +1)), "story", "stories", "tale", "fairy tale", "fairytale"),
+    **words(content(hint(S, +1), hint(V, +1), hint(R, +1)), "commentator", "sports commentator", "commentary"),
     **words(content(hint(S, +1), hint(V, +1), hint(R, +1)), "energetic", "energetically", "vibrant", "spirited"),
     **words(content(hint(S, -1), hint(V, -1), hint(R, -1)), "sleepy", "drowsy", "tired", "weary", "wearily"),
     **words(content(hint(R, +1, PLAIN)), "storyteller", "storytelling"),
@@ -319,6 +333,8 @@ _GRAMMAR: dict[str, LexEntry] = {
     **words(STOP, "feel", "feeling", "all", "text", "words", "line", "lines", "sentence", "sentences", "here"),
     **words(STOP, "there", "overall", "throughout", "try", "trying", "than", "quality", "timbre", "mood"),
     **words(STOP, "tone of voice", "kind", "sort", "type", "some", "bit", "lot", "of voice", "character", "turn"),
+    **words(STOP, "want", "wanted", "need", "needs", "prefer", "let", "let's", "give", "get", "go", "do", "have"),
+    **words(STOP, "tell", "tells", "telling", "told", "imitate", "imitating", "mimic", "pretend", "act", "acting"),
 }
 
 EN_LEXICON: Mapping[str, LexEntry] = build(

@@ -31,7 +31,8 @@ S, P, R, V = Attr.SPEED, Attr.PITCH, Attr.RANGE, Attr.VOLUME
 
 _SPEED = {
     **words(content(fx(S, -1)), "慢", "慢慢", "慢慢地", "缓慢", "慢速", "放慢", "减慢", "缓缓", "徐徐", "慢条斯理"),
-    **words(content(fx(S, -1, SLIGHT)), "不紧不慢", "悠闲", "稍慢"),
+    **words(content(fx(S, -1, SLIGHT)), "不紧不慢", "悠闲", "稍慢", "慢悠悠", "慢悠悠地"),
+    **words(content(fx(S, -1, STRONG)), "慢吞吞", "慢吞吞地"),
     **words(content(fx(S, +1)), "快", "快速", "加快", "迅速", "匆忙", "急匆匆", "快快", "语速快"),
     **words(content(fx(S, +1, STRONG)), "飞快", "急促", "连珠炮"),
     **words(content(fx(S, +1, SLIGHT)), "稍快", "轻快"),
@@ -99,11 +100,17 @@ _DESCRIPTORS = {
     **words(content(hint(P, +1), hint(R, +1), hint_cats=(Emotion.HAPPY,)), "甜美", "甜", "可爱", "甜甜", "萌"),
     **words(content(hint(P, +1), hint(R, +1), hint_cats=(Emotion.HAPPY,)), "甜甜的", "撒娇", "俏皮"),
     **words(content(hint(R, -1), hint_cats=(Emotion.NEUTRAL,)), "专业", "正式", "播音腔", "新闻主播", "播音员"),
-    **words(content(hint(R, -1), hint_cats=(Emotion.NEUTRAL,)), "主持人", "严肃", "客观", "冷淡"),
+    **words(content(hint(R, -1), hint_cats=(Emotion.NEUTRAL,)), "主持人", "严肃", "客观", "冷淡", "新闻"),
     **words(content(hint(V, +1), hint(P, -1)), "权威", "自信", "坚定", "威严", "稳重"),
     **words(content(hint(S, +1), hint(V, +1), hint(R, +1)), "有活力", "活力", "充满活力", "元气", "精神饱满"),
     **words(content(hint(S, -1), hint(V, -1), hint(R, -1)), "疲惫", "困倦", "慵懒", "懒洋洋", "无精打采"),
-    **words(content(hint(R, +1, PLAIN)), "讲故事", "说书"),
+    **words(content(hint(R, +1, PLAIN)), "讲故事", "说书", "故事", "童话"),
+    **words(content(hint(V, -1), hint(S, -1), hint(P, -1)), "神秘", "鬼故事", "阴森", "诡异", "悬疑"),
+    **words(content(hint(S, -1), hint(V, -1), hint_cats=(Emotion.CALM,)), "睡前故事", "哄睡", "摇篮曲"),
+    **words(content(hint(R, +1, PLAIN), hint(S, -1)), "讽刺", "阴阳怪气", "嘲讽"),
+    **words(content(hint(R, -1, PLAIN), hint(S, -1), hint_cats=(Emotion.NEUTRAL,)), "无聊", "敷衍", "冷漠"),
+    **words(content(hint(S, +1), hint(V, +1), hint(R, +1)), "解说", "体育解说", "解说员"),
+    **words(content(hint(R, +1), hint_cats=(Emotion.HAPPY,)), "友好", "热心"),
     **words(content(hint(R, -1), hint(V, +1), hint_cats=(Emotion.ANGRY,)), "严厉", "凶", "凶狠"),
 }
 
@@ -118,7 +125,7 @@ _EMOTIONS = {
     **words(emotion(Emotion.ANGRY, hint(V, +1)), "暴怒", "怒吼", "大发雷霆"),
     **words(emotion(Emotion.SURPRISED), "惊讶", "吃惊", "惊奇", "震惊", "诧异", "意外", "难以置信", "惊喜"),
     **words(emotion(Emotion.FEARFUL), "害怕", "恐惧", "紧张", "惊恐", "胆怯", "担心", "担忧", "不安"),
-    **words(emotion(Emotion.FEARFUL), "颤抖", "惊慌", "慌张", "胆小"),
+    **words(emotion(Emotion.FEARFUL), "颤抖", "惊慌", "慌张", "胆小", "发抖", "哆嗦"),
     **words(emotion(Emotion.DISGUSTED), "厌恶", "恶心", "嫌弃", "反感", "鄙视", "不屑", "嫌恶", "厌烦"),
     **words(emotion(Emotion.CALM), "平静", "冷静", "淡定", "安详", "宁静", "放松", "平和", "镇定", "沉稳"),
     **words(emotion(Emotion.CALM), "心平气和", "沉着"),
@@ -149,7 +156,7 @@ _INTENSITIES = {
     **words(intensity(SLIGHT), "稍", "稍微", "稍稍", "略", "略微", "微微", "有点", "有点儿", "有一点", "有些"),
     **words(intensity(SLIGHT), "带点", "带一点", "些许", "一丝"),
     **words(intensity(SLIGHT, postfix=True), "一点", "一点儿", "一点点", "一些", "些", "点", "点儿"),
-    **words(intensity(PLAIN), "比较", "挺", "较", "更", "更加", "再", "还算"),
+    **words(intensity(PLAIN), "比较", "挺", "较", "更", "更加", "再", "还算", "那么", "这么", "那样地"),
     **words(intensity(STRONG), "很", "非常", "特别", "十分", "格外", "相当", "太", "过于", "好", "真", "强烈"),
     **words(intensity(STRONG), "充满", "满满"),
     **words(intensity(STRONG, postfix=True), "得多", "多了", "很多", "许多"),
@@ -170,6 +177,7 @@ _GRAMMAR: dict[str, LexEntry] = {
     **words(STOP, "整体", "全程", "保持", "尽量", "听起来", "听上去", "起来", "你", "我", "他", "她", "它", "们"),
     **words(STOP, "那种", "这种", "那样", "这样", "给人", "让人", "一位", "位", "人", "为", "成", "去", "使用"),
     **words(STOP, "语音", "朗诵", "播报", "表现", "情绪", "感", "地讲", "地读", "地念", "音", "腔调", "声线", "调"),
+    **words(STOP, "模仿", "扮演", "假装", "当作", "一边", "似地"),
 }
 
 ZH_LEXICON: Mapping[str, LexEntry] = build(

@@ -11,7 +11,8 @@ How words combine (scales in ``scales``):
   a negated emotion, age or gender is simply not set. "less" keeps a given intensity ("much less loud" → -6 dB).
 - Several words on one attribute: plain statements beat hints from descriptors ("warm" hints a lower
   pitch, "higher pitch" says it); same-direction mentions take the strongest ("deep, low voice" → -3 st,
-  not -6); opposite directions take the later one. Numbers ("1.2x", "+2 semitones") beat words.
+  not -6); opposite directions take the later one, except that two negations cancel ("not too slow, not
+  too fast" -> 1.0). Numbers ("1.2x", "+2 semitones") beat words; ages ("30 years old") pick an age group.
 - Emotion, age and gender: plain words beat hints; the later wins.
 """
 
@@ -66,6 +67,7 @@ class _Mention:
     clause: int
     value: float | None = None
     unsigned: bool = False
+    negated: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,10 +214,10 @@ def _mention(effect: Effect, word: _Word, clause: int) -> _Mention | None:
         if effect.direction == 0:
             return None
         grade = clamp_grade(SLIGHT + word.shift) if word.keeps_grade else SLIGHT
-        return _Mention(effect.attr, -effect.direction, grade, effect.primary, clause)
+        return _Mention(effect.attr, -effect.direction, grade, effect.primary, clause, negated=True)
     grade = clamp_grade(effect.grade + word.shift)
     if not effect.primary:
-        grade = min(grade, PLAIN)  # a hint never outweighs a plain statement's strength
+        grade = min(grade, effect.grade)  # intensity can soften a hint, never strengthen it
     return _Mention(effect.attr, effect.direction, grade, effect.primary, clause)
 
 
@@ -264,6 +266,9 @@ def _resolve_scalar(attr: Attr, mentions: Sequence[_Mention]) -> float:
         return clamp(attr, numbers[-1])
     tier = [m for m in mentions if m.primary] or list(mentions)
     last = tier[-1]
+    moving = [m for m in tier if m.direction != 0]
+    if len({m.direction for m in moving}) == 2 and all(m.negated for m in moving):
+        return NEUTRAL[attr]  # "not too slow, not too fast"
     if last.direction == 0:
         return NEUTRAL[attr]
     steps = [level(attr, m.direction, m.grade) for m in tier if m.direction == last.direction]

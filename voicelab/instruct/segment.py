@@ -1,5 +1,6 @@
 """Split an instruction into lexicon tokens: English by longest phrase match over words, Chinese by
-longest match over characters, numbers with units ("1.2x", "+3 semitones", "-6 dB", "1.5倍速") as exact values.
+longest match over characters, numbers with units ("1.2x", "+3 semitones", "-6 dB", "1.5倍速") as exact
+values, and ages ("30 years old", "六十多岁") as age groups.
 
 Unknown English words become one token each; unknown Chinese characters are kept together as one
 token per run, so the user sees "紫色", not "紫" and "色".
@@ -12,10 +13,11 @@ import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from voicelab.instruct.lexicon import BOUNDARY, Effect, Kind, LexEntry
+from voicelab.instruct.lexicon import BOUNDARY, Effect, Kind, LexEntry, content
 from voicelab.instruct.lexicon_en import EN_LEXICON, EN_MAX_PHRASE_WORDS
 from voicelab.instruct.lexicon_zh import ZH_LEXICON, ZH_MAX_WORD_CHARS
 from voicelab.instruct.scales import Attr
+from voicelab.instruct.style import Age
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Token:
 
 
 _NUMBER = re.compile(
+    r"(?P<years>\d{1,3}|[一二两三四五六七八九十]{1,3})\s*(?:-\s*)?(?:years?[\s-]*old|岁|多岁|来岁)|"
     r"(?P<num>[+-]?\d+(?:\.\d+)?|[一二两三四五六七八九十]{1,3})\s*"
     r"(?P<unit>x|\u00d7|times|倍速|倍|semitones?|st|个半音|半音|db|decibels?|分贝)(?![a-z])"
     r"(?:\s*(?P<dir>higher|lower|louder|quieter|softer|faster|slower|up|down)\b)?"
@@ -41,6 +44,12 @@ _UNIT_ATTR: Mapping[str, Attr] = {
     **dict.fromkeys(("db", "decibel", "decibels", "分贝"), Attr.VOLUME),
 }
 _ZH_DIGITS: Mapping[str, int] = {d: i for i, d in enumerate("零一二三四五六七八九", start=0)} | {"两": 2}
+_AGE_GROUPS: tuple[tuple[float, Age], ...] = (
+    (13, Age.CHILD),
+    (36, Age.YOUNG_ADULT),
+    (60, Age.MIDDLE_AGED),
+    (float("inf"), Age.ELDERLY),
+)
 _DOWN_WORDS = frozenset(("lower", "quieter", "softer", "slower", "down"))
 _MORPH_KINDS = frozenset((Kind.CONTENT, Kind.DIRECTION, Kind.NOUN))
 
@@ -57,10 +66,17 @@ def segment(text: str) -> list[Token]:
     pos = 0
     for match in _NUMBER.finditer(norm):
         tokens.extend(_segment_plain(norm[pos : match.start()]))
-        tokens.append(_number_token(match))
+        tokens.append(_age_token(match) if match["years"] else _number_token(match))
         pos = match.end()
     tokens.extend(_segment_plain(norm[pos:]))
     return tokens
+
+
+def _age_token(match: re.Match[str]) -> Token:
+    """'30 years old', '6岁': the age group that age falls in."""
+    years = _to_float(match["years"])
+    age = next(group for limit, group in _AGE_GROUPS if years < limit)
+    return Token(match.group(0).strip(), content(cats=(age,)), "num")
 
 
 def _number_token(match: re.Match[str]) -> Token:
