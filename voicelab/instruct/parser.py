@@ -137,7 +137,7 @@ class _Reader:
         """Append the word's mentions; called again with a new shift when a postfix intensity follows."""
         del self.scalars[word.scalar_start :], self.picks[word.pick_start :]
         for effect in word.entry.effects:
-            mention = _mention(effect, word, self._clause)
+            mention = _mention(effect, word)
             if mention is not None:
                 self.scalars.append(mention)
         if not word.negated:
@@ -145,7 +145,7 @@ class _Reader:
             if word.shift > 0:  # "very sad" also sounds slower and softer than "sad"
                 grade = min(word.shift, PLAIN)
                 self.scalars.extend(
-                    _Mention(e.attr, e.direction, grade, False, self._clause) for e in word.entry.emphasis
+                    _Mention(e.attr, e.direction, grade, False, word.clause) for e in word.entry.emphasis
                 )
         self._last = word
 
@@ -205,20 +205,20 @@ class _Reader:
                 mention.value, mention.direction, mention.unsigned = sign * abs(mention.value), sign, False
 
 
-def _mention(effect: Effect, word: _Word, clause: int) -> _Mention | None:
+def _mention(effect: Effect, word: _Word) -> _Mention | None:
     """The mention an effect makes in context, or None when negation leaves nothing to say."""
     if effect.value is not None:
         unsigned = effect.attr is not Attr.SPEED and effect.direction == 0
-        return _Mention(effect.attr, effect.direction, PLAIN, True, clause, effect.value, unsigned)
+        return _Mention(effect.attr, effect.direction, PLAIN, True, word.clause, effect.value, unsigned)
     if word.negated:
         if effect.direction == 0:
             return None
         grade = clamp_grade(SLIGHT + word.shift) if word.keeps_grade else SLIGHT
-        return _Mention(effect.attr, -effect.direction, grade, effect.primary, clause, negated=True)
+        return _Mention(effect.attr, -effect.direction, grade, effect.primary, word.clause, negated=True)
     grade = clamp_grade(effect.grade + word.shift)
     if not effect.primary:
         grade = min(grade, effect.grade)  # intensity can soften a hint, never strengthen it
-    return _Mention(effect.attr, effect.direction, grade, effect.primary, clause)
+    return _Mention(effect.attr, effect.direction, grade, effect.primary, word.clause)
 
 
 def _clauses(tokens: Sequence[Token]) -> list[list[Token]]:
