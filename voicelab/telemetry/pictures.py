@@ -108,7 +108,7 @@ def timeline_figure(
     series = _series(window)
     unit, scale = _unit_for([v for values in series.values() for v in values])
     x = [(s.timestamp - now) / 60 for s in window]
-    fig = Figure(figsize=(9, 3.2))
+    fig = Figure(figsize=(9, 3.5))
     ax = fig.add_subplot()
     for label, values in series.items():
         ax.plot(x, [v / scale for v in values], label=label, linewidth=1.6)
@@ -120,10 +120,10 @@ def timeline_figure(
     ax.set_xlabel("minutes ago")
     ax.set_ylabel(unit)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8, ncol=4)
     title = "GPU memory" if "reserved (PyTorch)" in series else "host memory (no GPU figures)"
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+    fig.legend(loc="lower center", fontsize=8, ncol=4, frameon=False)
+    fig.tight_layout(rect=(0.0, 0.3 / fig.get_figheight(), 1.0, 1.0))  # leave a band for the legend
     return _render(fig)
 
 
@@ -164,8 +164,8 @@ def segment_map_figure(snapshot: SegmentSnapshot, max_segments: int = 40) -> Ima
     extra = f", {hidden} smaller not shown" if hidden else ""
     ax.set_title(f"{len(snapshot.segments)} segments, {format_bytes(total_reserved)} reserved{extra}", fontsize=10)
     handles = [Patch(color=STATE_COLOURS[k], label=v) for k, v in STATE_LABELS.items()]
-    ax.legend(handles=handles, loc="lower right", fontsize=7, ncol=3)
-    fig.tight_layout()
+    fig.legend(handles=handles, loc="lower center", fontsize=7, ncol=3, frameon=False)
+    fig.tight_layout(rect=(0.0, 0.3 / fig.get_figheight(), 1.0, 1.0))  # leave a band for the legend
     return _render(fig)
 
 
