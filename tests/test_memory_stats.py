@@ -165,3 +165,13 @@ def test_configure_allocator_respects_the_users_choice(environ: dict[str, str], 
         assert env == environ  # untouched
     else:
         assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+
+
+def test_previous_allocator_stats_are_refused_as_a_delta_base() -> None:
+    """AllocatorStats carries deltas, so using one as the base would silently give wrong figures."""
+    with pytest.raises(TypeError, match="AllocatorMonitor"):
+        memory.allocator_stats("cpu", memory.allocator_stats("cpu"))  # type: ignore[arg-type]
+
+
+def test_device_total_is_zero_on_cpu() -> None:
+    assert memory.device_total("cpu") == 0

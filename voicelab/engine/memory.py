@@ -63,6 +63,11 @@ def read_allocator(device: str, previous: AllocatorCounters | None = None) -> tu
     Returns the stats and the cumulative counters to pass next time. One ``memory_stats`` call feeds both,
     so no event is lost or double-counted between two reads.
     """
+    if previous is not None and not isinstance(previous, AllocatorCounters):
+        raise TypeError(
+            "previous must be the AllocatorCounters returned by read_allocator (AllocatorStats holds deltas, "
+            "not totals); use AllocatorMonitor for a stream of samples"
+        )
     pid, rss = _worker_rss()
     cuda = _cuda_device(device)
     if cuda is None:
@@ -112,6 +117,16 @@ class AllocatorMonitor:
             return stats
 
 
+def device_total(device: str) -> int:
+    """Total memory of a CUDA device in bytes; 0 on CPU (policies then ignore device shares)."""
+    cuda = _cuda_device(device)
+    if cuda is None:
+        return 0
+    import torch
+
+    return int(torch.cuda.get_device_properties(cuda).total_memory)
+
+
 def reset_peak(device: str) -> None:
     """Start a new peak-allocated window (call before each job to get the job's own peak)."""
     cuda = _cuda_device(device)
@@ -129,7 +144,7 @@ def segment_snapshot(device: str) -> SegmentSnapshot:
     import torch
 
     take_snapshot: Callable[..., list[dict[str, Any]]] = torch.cuda.memory_snapshot  # untyped upstream
-    raw_segments = take_snapshot(include_traces=False)
+    raw_segments = take_snapshot()  # traces are only recorded when memory history is on; none by default
     segments = tuple(
         MemorySegment(
             address=int(seg["address"]),
