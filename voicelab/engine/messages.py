@@ -232,3 +232,4 @@ class Heartbeat:
 
     stats: AllocatorStats
     busy_job_id: str | None
+    leak_warning: str | None = None
