@@ -156,7 +156,7 @@ def test_nvml_figures_and_outside_pytorch_from_a_driver(monkeypatch: pytest.Monk
     assert sample.nvml.utilisation_pct == 37.0 and sample.nvml.temperature_c == 51.0
     assert sample.nvml.power_w is None  # unsupported sensor → missing figure, not an error
     assert sample.worker_gpu_used == 5 * GiB
-    assert sample.outside_pytorch == 1 * GiB  # 5 GiB used by the worker − 4 GiB reserved by torch
+    assert sample.outside_pytorch == 1 * GiB  # 5 GiB used by the worker - 4 GiB reserved by torch
     assert sample.nvml_note is None
 
 

@@ -10,12 +10,14 @@ import io
 import math
 from collections.abc import Sequence
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from PIL import Image
 
-from voicelab.engine.messages import SegmentSnapshot
+from voicelab.engine.messages import MemorySegment, SegmentSnapshot
 from voicelab.telemetry.samples import JobMarker, MemorySample
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -123,8 +125,41 @@ def timeline_figure(
     title = "GPU memory" if "reserved (PyTorch)" in series else "host memory (no GPU figures)"
     ax.set_title(title, fontsize=10)
     fig.legend(loc="lower center", fontsize=8, ncol=4, frameon=False)
-    fig.tight_layout(rect=(0.0, 0.3 / fig.get_figheight(), 1.0, 1.0))  # leave a band for the legend
+    _margins(fig, left_in=0.75, bottom_in=0.9)
     return _render(fig)
+
+
+def _margins(fig: Figure, left_in: float, bottom_in: float, top_in: float = 0.35, right_in: float = 0.2) -> None:
+    """Fixed margins in inches (cheaper than tight_layout, which draws the whole figure once more)."""
+    width, height = fig.get_figwidth(), fig.get_figheight()
+    fig.subplots_adjust(
+        left=left_in / width, right=1 - right_in / width, bottom=bottom_in / height, top=1 - top_in / height
+    )
+
+
+def _block_rectangles(shown: Sequence[MemorySegment]) -> tuple[list[list[tuple[float, float]]], list[str]]:
+    """One rectangle per block, x as a share of its segment, y the segment's row."""
+    rectangles: list[list[tuple[float, float]]] = []
+    colours: list[str] = []
+    for row, segment in enumerate(shown):
+        offset, total = 0, max(segment.total_size, 1)
+        for block in segment.blocks:
+            x0, x1 = offset / total, (offset + block.size) / total
+            rectangles.append([(x0, row - 0.38), (x1, row - 0.38), (x1, row + 0.38), (x0, row + 0.38)])
+            colours.append(STATE_COLOURS.get(block.state, "#9467bd"))
+            offset += block.size
+    return rectangles, colours
+
+
+def _label_largest_free(ax: Axes, shown: Sequence[MemorySegment], largest: int) -> None:
+    for row, segment in enumerate(shown):
+        offset = 0
+        for block in segment.blocks:
+            if block.state == "inactive" and block.size == largest:
+                centre = (offset + block.size / 2) / max(segment.total_size, 1)
+                ax.text(centre, row, f"largest free {format_bytes(largest)}", ha="center", va="center", fontsize=7)
+                return
+            offset += block.size
 
 
 def segment_map_figure(snapshot: SegmentSnapshot, max_segments: int = 40) -> Image.Image:
@@ -133,27 +168,12 @@ def segment_map_figure(snapshot: SegmentSnapshot, max_segments: int = 40) -> Ima
     if not snapshot.segments:
         return _message_figure(f"no CUDA segments ({snapshot.device})")
     shown = sorted(sorted(snapshot.segments, key=lambda s: -s.total_size)[:max_segments], key=lambda s: s.address)
-    largest = snapshot.largest_free_block
-    fig = Figure(figsize=(9, min(1.4 + 0.32 * len(shown), 16)))
+    fig = Figure(figsize=(9, min(1.6 + 0.3 * len(shown), 16)))
     ax = fig.add_subplot()
-    labelled = False
-    for row, segment in enumerate(shown):
-        offset = 0
-        total = max(segment.total_size, 1)
-        for block in segment.blocks:
-            colour = STATE_COLOURS.get(block.state, "#9467bd")
-            ax.broken_barh(
-                [(offset / total, block.size / total)],
-                (row - 0.38, 0.76),
-                facecolors=colour,
-                edgecolor="white",
-                linewidth=0.3,
-            )
-            if not labelled and largest > 0 and block.state == "inactive" and block.size == largest:
-                centre = (offset + block.size / 2) / total
-                ax.text(centre, row, f"largest free {format_bytes(largest)}", ha="center", va="center", fontsize=7)
-                labelled = True
-            offset += block.size
+    rectangles, colours = _block_rectangles(shown)
+    ax.add_collection(PolyCollection(rectangles, facecolors=colours, edgecolors="white", linewidths=0.3))
+    if snapshot.largest_free_block > 0:
+        _label_largest_free(ax, shown, snapshot.largest_free_block)
     ax.set_yticks(range(len(shown)), [f"{format_bytes(s.total_size)} {s.segment_type}" for s in shown], fontsize=7)
     ax.set_ylim(len(shown) - 0.5, -0.5)
     ax.set_xlim(0, 1)
@@ -161,11 +181,11 @@ def segment_map_figure(snapshot: SegmentSnapshot, max_segments: int = 40) -> Ima
     ax.xaxis.set_major_formatter(lambda value, _pos: f"{value:.0%}")
     total_reserved = sum(s.total_size for s in snapshot.segments)
     hidden = len(snapshot.segments) - len(shown)
-    extra = f", {hidden} smaller not shown" if hidden else ""
+    extra = f", {hidden} more not shown" if hidden else ""
     ax.set_title(f"{len(snapshot.segments)} segments, {format_bytes(total_reserved)} reserved{extra}", fontsize=10)
     handles = [Patch(color=STATE_COLOURS[k], label=v) for k, v in STATE_LABELS.items()]
     fig.legend(handles=handles, loc="lower center", fontsize=7, ncol=3, frameon=False)
-    fig.tight_layout(rect=(0.0, 0.3 / fig.get_figheight(), 1.0, 1.0))  # leave a band for the legend
+    _margins(fig, left_in=1.1, bottom_in=0.85)
     return _render(fig)
 
 
@@ -175,7 +195,8 @@ def _gpu_summary(sample: MemorySample) -> dict[str, str]:
         return {"GPU": sample.nvml_note or "no NVIDIA GPU"}
     return {
         "GPU": f"{nvml.name} (#{nvml.index})",
-        "device memory": f"{format_bytes(nvml.used)} used of {format_bytes(nvml.total)} ({format_bytes(nvml.free)} free)",
+        "device memory": f"{format_bytes(nvml.used)} used of {format_bytes(nvml.total)}",
+        "device free": format_bytes(nvml.free),
         "driver reserved": format_bytes(nvml.reserved),
         "utilisation": _DASH if nvml.utilisation_pct is None else f"{nvml.utilisation_pct:.0f} %",
         "temperature": _DASH if nvml.temperature_c is None else f"{nvml.temperature_c:.0f} °C",

@@ -89,7 +89,7 @@ class MemorySample:
 
     @property
     def outside_pytorch(self) -> int | None:
-        """NVML used by the worker − torch reserved: CUDA context, cuBLAS/cuFFT workspaces, other libraries."""
+        """NVML used by the worker - torch reserved: CUDA context, cuBLAS/cuFFT workspaces, other libraries."""
         used = self.worker_gpu_used
         if used is None or self.allocator is None:
             return None
