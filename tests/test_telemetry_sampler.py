@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 import sys
 import time
 import types
@@ -165,3 +166,18 @@ def test_a_gpu_index_that_does_not_exist_is_reported_not_raised(monkeypatch: pyt
     nvml = NvmlSampler(device_index=3)
     assert not nvml.available
     assert nvml.reason == f"{NO_GPU} at index 3 (1 found)"
+
+
+def test_the_ui_side_telemetry_never_imports_torch() -> None:
+    """The UI process must not initialise CUDA; importing torch there is the first step towards it."""
+    code = (
+        "import sys\n"
+        "import voicelab.telemetry.sampler, voicelab.telemetry.pictures\n"
+        "from voicelab.engine.memory import HygienePolicy, LeakWatch, configure_allocator\n"
+        "sampler = voicelab.telemetry.sampler.TelemetrySampler()\n"
+        "sampler.sample_once()\n"
+        "sampler.close()\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr

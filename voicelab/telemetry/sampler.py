@@ -21,12 +21,16 @@ logger = logging.getLogger(__name__)
 
 
 class TelemetrySampler:
-    """Appends a ``MemorySample`` to ``ring`` every ``interval`` seconds on a daemon thread."""
+    """Appends a ``MemorySample`` to ``ring`` every ``interval`` seconds on a daemon thread.
+
+    ``engine_state`` is called from the sampling thread and must return at once (read a few fields under a
+    short lock); ``nvml`` and ``host`` default to samplers of GPU 0 and this process.
+    """
 
     def __init__(
         self,
-        nvml: NvmlSampler,
-        host: HostSampler,
+        nvml: NvmlSampler | None = None,
+        host: HostSampler | None = None,
         engine_state: Callable[[], EngineState] = EngineState,
         ring: RingBuffer | None = None,
         interval: float = 1.0,
@@ -34,8 +38,8 @@ class TelemetrySampler:
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval}")
-        self.nvml = nvml
-        self.host = host
+        self.nvml = NvmlSampler() if nvml is None else nvml
+        self.host = HostSampler() if host is None else host
         self.engine_state = engine_state
         self.ring = RingBuffer() if ring is None else ring
         self.interval = interval
@@ -113,6 +117,11 @@ class TelemetrySampler:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+
+    def close(self) -> None:
+        """Stop sampling and release NVML."""
+        self.stop()
+        self.nvml.close()
 
     @property
     def running(self) -> bool:
