@@ -175,3 +175,13 @@ def test_previous_allocator_stats_are_refused_as_a_delta_base() -> None:
 
 def test_device_total_is_zero_on_cpu() -> None:
     assert memory.device_total("cpu") == 0
+
+
+def test_separate_monitors_each_see_every_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = {"num_alloc_retries": 0, "num_ooms": 0}
+    fake_cuda(monkeypatch, raw)
+    heartbeat, hygiene = memory.AllocatorMonitor("cuda:0"), memory.AllocatorMonitor("cuda:0")
+    heartbeat.sample(), hygiene.sample()
+    raw["num_alloc_retries"] = 2
+    assert heartbeat.sample().alloc_retries == 2
+    assert hygiene.sample().alloc_retries == 2  # not swallowed by the heartbeat's read

@@ -103,7 +103,9 @@ def allocator_stats(device: str, previous: AllocatorCounters | None = None) -> A
 class AllocatorMonitor:
     """Produces ``AllocatorStats`` whose retry/OOM figures are deltas since this monitor's previous sample.
 
-    Thread-safe: the worker's heartbeat thread and its job loop may both sample.
+    Thread-safe. Give each consumer its own monitor (one for the heartbeat, one for between-job hygiene):
+    a monitor's deltas are "since *its* previous sample", so a shared one would let the heartbeat swallow
+    the retry that the hygiene policy should react to.
     """
 
     def __init__(self, device: str) -> None:
