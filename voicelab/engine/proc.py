@@ -1,0 +1,141 @@
+"""The worker process: spawn, READY handshake, a pipe, a heartbeat thread around EngineCore.
+
+Nothing here touches the model directly; EngineCore does. The worker is *spawned* (never forked) so it
+starts with a clean CUDA state and can be replaced without restarting the UI.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from voicelab.engine.messages import (
+    ControlKind,
+    ControlReply,
+    ControlRequest,
+    ErrorReply,
+    Heartbeat,
+    SynthesisRequest,
+)
+from voicelab.errors import VoiceLabError
+from voicelab.settings import Settings
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 1.0
+
+
+class _Sender:
+    """The pipe is written from the job loop and the heartbeat thread; one lock keeps messages whole."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def send(self, message: Any) -> None:
+        with self._lock:
+            self._conn.send(message)
+
+
+def _heartbeat_loop(core: Any, sender: _Sender, state: dict[str, str | None], stop: threading.Event) -> None:
+    while not stop.wait(HEARTBEAT_S):
+        try:
+            sender.send(Heartbeat(stats=core.stats(), busy_job_id=state["job"], leak_warning=core.leak_warning))
+        except (OSError, EOFError, BrokenPipeError):
+            return
+
+
+def _reply_error(request_id: str, exc: BaseException) -> ErrorReply:
+    if isinstance(exc, VoiceLabError):
+        return ErrorReply(request_id, type(exc).__name__, str(exc))
+    log.exception("unexpected error in worker")
+    return ErrorReply(request_id, "VoiceLabError", f"Generation failed unexpectedly ({type(exc).__name__}: {exc}).")
+
+
+def worker_main(conn: Connection, settings: Settings) -> None:
+    """Entry point of the spawned process."""
+    logging.basicConfig(level=os.environ.get("VOICELAB_LOG_LEVEL", "WARNING"))
+    from voicelab.engine.memory import configure_allocator
+
+    configure_allocator(os.environ)  # before torch initialises CUDA
+    from voicelab.engine.core import EngineCore
+
+    sender = _Sender(conn)
+    try:
+        core = EngineCore(settings)
+    except BaseException as exc:  # the UI must learn why the worker could not start
+        sender.send(_reply_error("startup", exc))
+        return
+    sender.send(core.ready_message())
+    state: dict[str, str | None] = {"job": None}
+    stop = threading.Event()
+    threading.Thread(target=_heartbeat_loop, args=(core, sender, state, stop), daemon=True).start()
+    try:
+        _serve(conn, core, sender, state)
+    finally:
+        stop.set()
+        core.close()
+
+
+def _serve(conn: Connection, core: Any, sender: _Sender, state: dict[str, str | None]) -> None:
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if isinstance(message, SynthesisRequest):
+            state["job"] = message.job_id
+            try:
+                sender.send(core.synthesize(message))
+            except BaseException as exc:
+                sender.send(_reply_error(message.job_id, exc))
+            finally:
+                state["job"] = None
+            report = core.after_job()
+            if report is not None:
+                sender.send(ControlReply("auto-clean", report))
+        elif isinstance(message, ControlRequest):
+            try:
+                sender.send(ControlReply(message.request_id, core.control(message)))
+            except BaseException as exc:
+                sender.send(_reply_error(message.request_id, exc))
+            if message.kind is ControlKind.SHUTDOWN:
+                return
+
+
+@dataclass
+class WorkerHandle:
+    """The UI side's view of one worker process."""
+
+    process: BaseProcess
+    conn: Connection
+    started_at: float
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid or 0
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=10)
+        self.conn.close()
+
+
+def spawn_worker(settings: Settings) -> WorkerHandle:
+    context = mp.get_context("spawn")
+    parent_conn, child_conn = context.Pipe(duplex=True)
+    process = context.Process(target=worker_main, args=(child_conn, settings), name="voicelab-worker", daemon=True)
+    process.start()
+    child_conn.close()
+    return WorkerHandle(process, parent_conn, time.monotonic())
