@@ -17,19 +17,19 @@ import sys
 _torch_loaded_early = "torch" in sys.modules
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import argparse
-import logging
-import statistics
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import argparse  # noqa: E402 - after the OpenMP setting above
+import logging  # noqa: E402 - after the OpenMP setting above
+import statistics  # noqa: E402 - after the OpenMP setting above
+import time  # noqa: E402 - after the OpenMP setting above
+from collections.abc import Callable  # noqa: E402 - after the OpenMP setting above
+from dataclasses import dataclass  # noqa: E402 - after the OpenMP setting above
 
-import numpy as np
-import onnxruntime as ort
-import torch
+import numpy as np  # noqa: E402 - after the OpenMP setting above
+import onnxruntime as ort  # noqa: E402 - after the OpenMP setting above
+import torch  # noqa: E402 - after the OpenMP setting above
 
-from voicelab.backends.base import VitsControls
-from voicelab.backends.piper.backend import PiperBackend
+from voicelab.backends.base import VitsControls  # noqa: E402 - after the OpenMP setting above
+from voicelab.backends.piper.backend import PiperBackend  # noqa: E402 - after the OpenMP setting above
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,8 @@ def measure(
         feed["sid"] = np.array([config.default_speaker_id], dtype=np.int64)
     audio = backend.synthesize([ids], controls, None)[0]  # warm-up, both runtimes
     session.run(None, feed)
-    torch_times, ort_times = [], []
+    torch_times: list[float] = []
+    ort_times: list[float] = []
     for r in range(repeats):
         runs = [
             (torch_times, lambda: backend.synthesize([ids], controls, None)),

@@ -22,7 +22,7 @@ from voicelab.backends.piper.config import VoiceConfig
 from voicelab.errors import InvalidTextError
 
 _RAW_BLOCK = re.compile(r"(\[\[.*?\]\])")
-_CHUNK_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|\n\s*\n")
+_CHUNK_END = re.compile("[.!?\u2026]+[\"'\u201d\u2019)\\]]*\\s+|\n\\s*\n")  # terminators, closing quotes
 _KEEP_CONTROLS = {"\n", "\t"}
 _STRIPPED_CATEGORIES = {"Cc", "Cf", "Cs", "Co"}
 _SPEECH_CATEGORIES = {"Lu", "Ll", "Lt", "Lo"}  # letters; stress and length marks (Lm) alone are not speech

@@ -79,6 +79,8 @@ def read_voice_weights(path: str | Path) -> VoiceWeights:
         if name in tensors:
             raise BackendLoadError(f"The voice model {path} has two tensors for {name}.")
         tensors[name] = torch.from_numpy(np.array(value, dtype=np.float32))
+    if not tensors:
+        raise BackendLoadError(f"The voice model {path} has no weights; it is empty or not a Piper voice.")
     logger.debug("read %d weights and %d conv specs from %s", len(tensors), len(convs), path)
     return VoiceWeights(tensors=tensors, convs=convs)
 
