@@ -97,10 +97,18 @@ def _state_name(name: str, array: np.ndarray, consumers: list[tuple[str, str, in
     named_by_graph = [p for p in (_consumer_param(c) for c in consumers) if p is not None]
     if named_by_graph and all(p == named_by_graph[0] for p in named_by_graph):
         return named_by_graph[0], array
+    # ElementwiseAffine's reverse multiplies by exp(-logs); exporters fold the constant part of that.
     folded = re.fullmatch(r"/(.+)/Exp_output_0", name)
     if folded and any(op == "Mul" for _, op, _ in consumers) and np.all(array > 0):
         return folded.group(1).replace("/", ".") + ".logs", -np.log(array)  # stored exp(-logs)
+    exp_of = [node for node, op, index in consumers if op == "Exp" and index == 0]
+    if exp_of and node_scope_is_single(exp_of):
+        return _module_path(exp_of[0]) + ".logs", -array  # stored -logs
     return None, array
+
+
+def node_scope_is_single(nodes: list[str]) -> bool:
+    return len({_module_path(n) for n in nodes}) == 1 and nodes[0].startswith("/")
 
 
 def _consumer_param(consumer: tuple[str, str, int]) -> str | None:
