@@ -64,7 +64,7 @@ def tiny_voice(tmp_path_factory: pytest.TempPathFactory) -> Path:
         out = model.infer(ids, lengths, sid, noise_scale=scales[0], length_scale=scales[1], noise_scale_w=scales[2])
         return out[0].unsqueeze(1)
 
-    model.forward = infer  # type: ignore[method-assign]
+    model.forward = infer  # type: ignore[method-assign,assignment]
     path = tmp_path_factory.mktemp("voice") / "tiny.onnx"
     args = (torch.randint(0, N_VOCAB, (1, 20)), torch.tensor([20]), torch.tensor([0.667, 1.0, 0.8]), torch.tensor([0]))
     with warnings.catch_warnings():
