@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -88,3 +91,27 @@ def test_seeded_noise_is_reproducible_and_scales_apply(
     slow = backend.synthesize([ids], VitsControls(noise_scale=0.0, length_scale=1.5, noise_w=0.0), None)[0]
     normal = backend.synthesize([ids], DETERMINISTIC, None)[0]
     assert 1.25 < len(slow) / len(normal) < 1.75  # durations are rounded up per phoneme
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_cuda_matches_cpu(dtype: str, backend: PiperBackend, sentence_ids: dict[str, list[int]]) -> None:
+    gpu = PiperBackend(batch_policy=backend.batch_policy)
+    gpu.load("cuda", dtype)
+    weight = weakref.ref(gpu._require_model().dec.conv_post.weight)
+    sentences = [sentence_ids[name] for name in ("long", "short", "question")]
+    try:
+        on_gpu = gpu.synthesize(sentences, DETERMINISTIC, None)
+        seeded = gpu.synthesize(sentences[:1], VitsControls(), torch.Generator(device="cuda").manual_seed(3))
+    finally:
+        gpu.unload()
+    for ids, audio in zip(sentences, on_gpu, strict=True):
+        (reference,) = backend.synthesize([ids], DETERMINISTIC, None)
+        assert audio.shape == reference.shape  # durations are computed in float32 in every dtype
+        if dtype == "float32":
+            assert np.max(np.abs(audio - reference)) <= 1e-3
+        else:
+            assert np.corrcoef(audio, reference)[0, 1] > 0.99
+    assert seeded[0].size > 0 and np.all(np.isfinite(seeded[0]))
+    gc.collect()
+    assert weight() is None, "unload drops every reference to the device weights"
