@@ -61,6 +61,43 @@ class ResBlock2(nn.Module):
         return x
 
 
+class Upsample(nn.ConvTranspose1d):
+    """A transposed conv computed as ``stride`` ordinary convs (one per output phase), then interleaved.
+
+    Same weights and result as nn.ConvTranspose1d; on CPU PyTorch's transposed conv is a slow
+    col2im path, while the polyphase form runs as one fast conv. Used when out = in * stride.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int, padding: int) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding=padding)
+        fits = kernel_size - 2 * padding == stride and kernel_size % stride == 0
+        self.polyphase = (kernel_size, stride, padding) if fits else None
+
+    def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
+        if x.device.type != "cpu" or self.polyphase is None:
+            return super().forward(x, output_size)
+        kernel, stride, padding = self.polyphase
+        weight, left = self._phase_weights(stride, padding, kernel)
+        bias = None if self.bias is None else self.bias.repeat(stride)
+        taps = weight.shape[-1]
+        y = F.conv1d(F.pad(x, (left, taps - 1 - left)), weight, bias)  # [B, stride * C_out, T]
+        b, _, t = y.shape
+        return y.view(b, stride, -1, t).permute(0, 2, 3, 1).reshape(b, -1, t * stride)
+
+    def _phase_weights(self, stride: int, padding: int, kernel: int) -> tuple[torch.Tensor, int]:
+        """[stride * C_out, C_in, taps] conv weights; output phase r uses kernel taps j = d*stride + (r+p) % stride."""
+        per_phase = kernel // stride
+        shifts = [(r + padding) // stride for r in range(stride)]  # input offset of each phase
+        left = per_phase - 1 - min(shifts)
+        taps = max(shifts) + left + 1
+        w = self.weight.transpose(0, 1)  # [C_out, C_in, K]
+        phases = w.new_zeros(stride, w.shape[0], w.shape[1], taps)
+        for r, shift in enumerate(shifts):
+            for d in range(per_phase):
+                phases[r, :, :, shift - d + left] = w[:, :, d * stride + (r + padding) % stride]
+        return phases.reshape(stride * w.shape[0], w.shape[1], taps), left
+
+
 RESBLOCKS: dict[str, type[ResBlock1 | ResBlock2]] = {"1": ResBlock1, "2": ResBlock2}
 
 
@@ -86,7 +123,7 @@ class Generator(nn.Module):
         self.resblocks = nn.ModuleList()
         channels = upsample_initial_channel
         for rate, kernel in zip(upsample_rates, upsample_kernel_sizes, strict=True):
-            self.ups.append(nn.ConvTranspose1d(channels, channels // 2, kernel, rate, padding=(kernel - rate) // 2))
+            self.ups.append(Upsample(channels, channels // 2, kernel, rate, (kernel - rate) // 2))
             channels //= 2
             for k, dilations in zip(resblock_kernel_sizes, resblock_dilation_sizes, strict=True):
                 self.resblocks.append(RESBLOCKS[resblock](channels, k, dilations))
