@@ -84,6 +84,12 @@ def pitch_track(audio: np.ndarray, sr: int) -> np.ndarray:
     return np.nan_to_num(pitch.selected_array["frequency"]).astype(np.float32)
 
 
+def pitch_frame_times(n_samples: int, sr: int, n_frames: int) -> np.ndarray:
+    """Centre times (s) of ``pitch_track``'s frames: Praat centres its frames on the sound."""
+    duration = n_samples / sr
+    return duration / 2.0 - (n_frames - 1) * FRAME_S / 2.0 + np.arange(n_frames) * FRAME_S
+
+
 def voiced_f0(audio: np.ndarray, sr: int) -> np.ndarray:
     """F0 values of the voiced frames only."""
     f0 = pitch_track(audio, sr)
