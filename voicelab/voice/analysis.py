@@ -47,9 +47,9 @@ def resample(audio: np.ndarray, sr_from: int, sr_to: int) -> np.ndarray:
 
 def frame_levels_db(audio: np.ndarray, sr: int, hop_s: float = FRAME_S, win_s: float = WINDOW_S) -> np.ndarray:
     """RMS level in dBFS of overlapping frames centred every ``hop_s`` seconds."""
-    hop = max(1, int(round(hop_s * sr)))
-    win = max(hop, int(round(win_s * sr)))
-    n_frames = max(1, int(math.ceil(len(audio) / hop)))
+    hop = max(1, round(hop_s * sr))
+    win = max(hop, round(win_s * sr))
+    n_frames = max(1, math.ceil(len(audio) / hop))
     padded = np.pad(np.asarray(audio, dtype=np.float64), (win // 2, win))
     power = np.concatenate(([0.0], np.cumsum(padded**2)))
     starts = np.arange(n_frames) * hop
@@ -127,7 +127,7 @@ def formants_hz(audio: np.ndarray, sr: int, f0_median: float) -> tuple[float, fl
 
 def ltas_db(audio: np.ndarray, sr: int) -> np.ndarray:
     """Long-term average spectrum of the active frames in the LTAS bands, dB relative to the band mean."""
-    n_fft = 1 << int(math.ceil(math.log2(0.032 * sr)))
+    n_fft = 1 << math.ceil(math.log2(0.032 * sr))
     hop = n_fft // 2
     x = np.asarray(audio, dtype=np.float64)
     if len(x) < n_fft:

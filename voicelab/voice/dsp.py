@@ -12,8 +12,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 import scipy.fft
-from scipy.signal import istft, stft
 from scipy.ndimage import maximum_filter1d, minimum_filter1d, uniform_filter1d
+from scipy.signal import istft, stft
 
 from voicelab.voice.analysis import LTAS_BANDS, active_rms_dbfs, band_centres_hz, pitch_frame_times, pitch_track
 from voicelab.voice.world import load_world
@@ -32,6 +32,8 @@ class VoiceTransform:
     """How to move a synthesised voice; ``identity()`` changes nothing.
 
     pitch_semitones: shift of the F0 level.  pitch_range: factor on log-F0 deviation from its median.
+    f0_target_hz: when set, each utterance's median F0 is first moved to this value (then ``pitch_semitones``
+        applies), so a matched voice lands on the prompt's pitch whatever the sentence's own median is.
     formant_factor: spectral-envelope frequency scale (>1 raises formants).
     eq_gains_db: gain per analysis band (``analysis.band_centres_hz()``), empty for flat; limited to +-12 dB.
     gain_db: loudness change relative to the input.  tilt_db_per_octave: spectral tilt around 1 kHz.
@@ -40,6 +42,7 @@ class VoiceTransform:
 
     pitch_semitones: float = 0.0
     pitch_range: float = 1.0
+    f0_target_hz: float | None = None
     formant_factor: float = 1.0
     eq_gains_db: tuple[float, ...] = ()
     gain_db: float = 0.0
@@ -47,11 +50,14 @@ class VoiceTransform:
     whisper: bool = False
 
     def __post_init__(self) -> None:
-        numbers = [getattr(self, f.name) for f in fields(self) if f.name not in ("eq_gains_db", "whisper")]
+        skip = ("eq_gains_db", "whisper", "f0_target_hz")
+        numbers = [getattr(self, f.name) for f in fields(self) if f.name not in skip]
         if not all(math.isfinite(v) for v in [*numbers, *self.eq_gains_db]):
             raise ValueError(f"VoiceTransform values must be finite: {self}")
         if not 0.0 < self.pitch_range <= 4.0:
             raise ValueError(f"pitch_range must be within (0, 4], got {self.pitch_range}")
+        if self.f0_target_hz is not None and not 40.0 <= self.f0_target_hz <= 1000.0:
+            raise ValueError(f"f0_target_hz must be within [40, 1000] Hz, got {self.f0_target_hz}")
         if not 0.5 <= self.formant_factor <= 2.0:
             raise ValueError(f"formant_factor must be within [0.5, 2], got {self.formant_factor}")
         if self.eq_gains_db and len(self.eq_gains_db) != LTAS_BANDS:
@@ -64,13 +70,18 @@ class VoiceTransform:
     @property
     def needs_world(self) -> bool:
         """Whether pitch, formants or voicing change (otherwise the cheap filter-only path is used)."""
-        return self.pitch_semitones != 0.0 or self.pitch_range != 1.0 or self.formant_factor != 1.0 or self.whisper
+        pitch = self.pitch_semitones != 0.0 or self.pitch_range != 1.0 or self.f0_target_hz is not None
+        return pitch or self.formant_factor != 1.0 or self.whisper
 
     def composed_with(self, other: VoiceTransform) -> VoiceTransform:
-        """``other`` on top of this one: pitch, gains and tilt add; range and formants multiply; whisper ORs."""
+        """``other`` on top of this one: pitch, gains and tilt add; range and formants multiply; whisper ORs.
+
+        An F0 target set by ``other`` replaces this one's.
+        """
         return VoiceTransform(
             pitch_semitones=self.pitch_semitones + other.pitch_semitones,
             pitch_range=self.pitch_range * other.pitch_range,
+            f0_target_hz=other.f0_target_hz if other.f0_target_hz is not None else self.f0_target_hz,
             formant_factor=min(2.0, max(0.5, self.formant_factor * other.formant_factor)),
             eq_gains_db=_add_bands(self.eq_gains_db, other.eq_gains_db),
             gain_db=self.gain_db + other.gain_db,
@@ -126,15 +137,17 @@ def _praat_f0_on(times: np.ndarray, audio: np.ndarray, sr: int) -> np.ndarray:
     return np.where(voiced[nearest], values, 0.0)
 
 
-def shift_f0(f0: np.ndarray, semitones: float, range_factor: float) -> np.ndarray:
-    """Scale log-F0 around its voiced median by ``range_factor`` and shift it by ``semitones``."""
+def shift_f0(f0: np.ndarray, semitones: float, range_factor: float, target_hz: float | None = None) -> np.ndarray:
+    """Scale log-F0 around its voiced median by ``range_factor``, move the median to ``target_hz`` if given,
+    and shift it by ``semitones``."""
     voiced = f0 > 0
     if not voiced.any():
         return f0.copy()
     log_f0 = np.log(f0[voiced])
     centre = float(np.median(log_f0))
+    level = math.log(target_hz) if target_hz is not None else centre
     out = np.zeros_like(f0)
-    shifted = centre + semitones * math.log(2.0) / 12.0 + range_factor * (log_f0 - centre)
+    shifted = level + semitones * math.log(2.0) / 12.0 + range_factor * (log_f0 - centre)
     out[voiced] = np.clip(np.exp(shifted), 40.0, 1000.0)
     return out
 
@@ -158,7 +171,7 @@ def render_world(features: WorldFeatures, transform: VoiceTransform) -> np.ndarr
     if transform.whisper:
         out = render_whisper(envelope, features.sample_rate)
     else:
-        f0 = shift_f0(features.f0, transform.pitch_semitones, transform.pitch_range)
+        f0 = shift_f0(features.f0, transform.pitch_semitones, transform.pitch_range, transform.f0_target_hz)
         out = load_world().synthesize(f0, envelope, features.aperiodicity, features.sample_rate, FRAME_PERIOD_MS)
     out = _fit_length(out.astype(np.float32), features.n_samples)
     return _set_loudness(out, features.sample_rate, features.loudness_dbfs)
@@ -175,7 +188,7 @@ def render_whisper(envelope: np.ndarray, sr: int, seed: int = 0) -> np.ndarray:
     Praat then hears as voiced.
     """
     n_fft = 2 * (envelope.shape[1] - 1)
-    hop = int(round(sr * FRAME_PERIOD_MS / 1000.0))
+    hop = round(sr * FRAME_PERIOD_MS / 1000.0)
     noise = np.random.default_rng(seed).standard_normal(hop * (len(envelope) - 1) + 1)
     _, _, spec = stft(noise, nperseg=n_fft, noverlap=n_fft - hop, boundary="even", padded=True)
     frames = min(spec.shape[1], len(envelope))

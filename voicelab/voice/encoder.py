@@ -93,8 +93,8 @@ def normalize_volume(wav: np.ndarray, target_dbfs: float = NORM_TARGET_DBFS) -> 
 
 def partial_slices(n_samples: int) -> list[slice]:
     """Mel-frame ranges of the partial utterances covering ``n_samples`` (Resemblyzer's rule)."""
-    n_frames = int(math.ceil((n_samples + 1) / HOP))
-    step = int(round(SAMPLE_RATE / PARTIAL_RATE / HOP))
+    n_frames = math.ceil((n_samples + 1) / HOP)
+    step = round(SAMPLE_RATE / PARTIAL_RATE / HOP)
     count = max(1, n_frames - PARTIAL_FRAMES + step + 1)
     slices = [slice(i, i + PARTIAL_FRAMES) for i in range(0, count, step)]
     last = slices[-1]

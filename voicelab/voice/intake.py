@@ -58,7 +58,7 @@ def load_prompt(
     notices: list[str] = []
     last = int(np.flatnonzero(active)[-1])
     if speech_s > max_speech_s:
-        last = int(np.searchsorted(np.cumsum(active), int(round(max_speech_s / FRAME_S))))
+        last = int(np.searchsorted(np.cumsum(active), round(max_speech_s / FRAME_S)))
         notices.append(f"The voice prompt has {speech_s:.0f} s of speech; only the first {max_speech_s:g} s were used.")
     pad = int(EDGE_PAD_S * PROCESS_RATE)
     start = max(0, int(np.flatnonzero(active)[0]) * hop - pad)
@@ -145,7 +145,9 @@ def _require_voicing(audio: np.ndarray, speech_s: float) -> None:
     voiced_s = float((f0 > 0).sum()) * FRAME_S
     if voiced_s < MIN_VOICED_S or voiced_s < MIN_VOICED_SHARE * speech_s:
         log.info("prompt refused: %.2f s voiced of %.2f s active", voiced_s, speech_s)
-        raise InvalidPromptError("The voice prompt contains no voiced speech, only noise; please record someone speaking.")
+        raise InvalidPromptError(
+            "The voice prompt contains no voiced speech, only noise; please record someone speaking."
+        )
 
 
 def _normalise_loudness(audio: np.ndarray) -> np.ndarray:
