@@ -142,6 +142,11 @@ class PiperBackend:
                     audio[i] = np.ascontiguousarray(wave_np[row, : n_np[row]], dtype=np.float32)
         return audio
 
+    @property
+    def defaults(self) -> VitsControls:
+        """The voice's own scales from its config."""
+        return VitsControls(self.config.length_scale, self.config.noise_scale, self.config.noise_w)
+
     def _require_model(self) -> VitsModel:
         if self._model is None:
             raise BackendLoadError("The voice model is not loaded yet.")
