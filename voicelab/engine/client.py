@@ -224,15 +224,23 @@ class EngineClient:
                 with self._lock:
                     if self._stopping:
                         break
-                if self._worker is None or not self._worker.alive():
-                    self._handle_dead_worker()
-                    continue
-                self._maybe_restart()
-                self._dispatch_next()
-                self._pump()
-                self._check_timeout()
+                try:
+                    self._step()
+                except Exception:  # the supervisor must outlive any single bug; the worker is replaced
+                    log.exception("supervisor step failed; replacing the worker")
+                    if self._worker is not None:
+                        self._worker.kill()
         finally:
             self._shutdown_worker()
+
+    def _step(self) -> None:
+        if self._worker is None or not self._worker.alive():
+            self._handle_dead_worker()
+            return
+        self._maybe_restart()
+        self._dispatch_next()
+        self._pump()
+        self._check_timeout()
 
     def _start_worker(self) -> None:
         started = time.monotonic()
@@ -370,8 +378,8 @@ class EngineClient:
                 item = self._jobs.popleft()
             if item is None:
                 return
-            if not item.future.set_running_or_notify_cancel():
-                return
+            if not item.future.running() and not item.future.set_running_or_notify_cancel():
+                return  # cancelled by its caller while queued
             self._in_flight, self._in_flight_since = item, time.monotonic()
         try:
             self._worker.conn.send(item.request)

@@ -1,0 +1,5 @@
+import sys
+
+from voicelab.cli import main
+
+sys.exit(main())
