@@ -1,0 +1,107 @@
+"""The VoiceLab studio: layout first, then all event wiring in one place.
+
+``build_ui`` needs a running ``EngineClient`` (the UI's only handle on the model) and, optionally, the
+telemetry sampler for the resource panel. It imports no torch and loads no model. Launch it with
+``voicelab.ui.serving.launch_options(settings)`` so only the outputs folder is served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from voicelab.history import History
+from voicelab.settings import Settings
+from voicelab.ui.handlers import Engine, Studio
+from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
+from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
+from voicelab.ui.serving import configure_environment
+from voicelab.ui.speak_tab import SpeakView, speak_layout
+
+GENERATE_CONCURRENCY_HEADROOM = 1  # one more than the engine queue, so the engine (not Gradio) says "busy"
+
+
+@dataclass(frozen=True)
+class Views:
+    speak: SpeakView
+    history_tab: gr.Tab
+    history: HistoryView
+    panel: PanelView
+
+
+@dataclass(frozen=True)
+class Handlers:
+    studio: Studio
+    history: HistoryBrowser
+    panel: ResourcePanel
+
+
+def build_ui(client: Engine, settings: Settings, telemetry: Any | None = None) -> gr.Blocks:
+    """The Gradio app for ``client``; ``telemetry`` is a ``TelemetrySampler`` (or ``None``: engine figures only)."""
+    paths = configure_environment(settings)
+    history = History(paths.history)
+    history.sweep()
+    handlers = Handlers(
+        Studio(client, history, settings, telemetry), HistoryBrowser(history), ResourcePanel(client, telemetry)
+    )
+    with gr.Blocks(title="VoiceLab", analytics_enabled=False, delete_cache=(3600, 24 * 3600)) as demo:
+        gr.Markdown("# VoiceLab\nVoice cloning and instruction-controlled speech that keeps running.")
+        with gr.Row():
+            with gr.Column(scale=3), gr.Tabs():
+                with gr.Tab("Speak", id="speak"):
+                    speak = speak_layout()
+                with gr.Tab("History", id="history") as history_tab:
+                    history_view = history_layout()
+            with gr.Column(scale=2, min_width=320):
+                panel = panel_layout()
+        _wire(demo, Views(speak, history_tab, history_view, panel), handlers, settings)
+    return demo
+
+
+def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings) -> None:
+    """Every event of the app."""
+    generate_limit = settings.queue_size + GENERATE_CONCURRENCY_HEADROOM
+    speak, history, panel = views.speak, views.history, views.panel
+
+    speak_event = gr.on(
+        [speak.generate.click, speak.text.submit],
+        handlers.studio.speak,
+        inputs=speak.inputs,
+        outputs=[speak.audio, speak.meta],
+        concurrency_limit=generate_limit,
+        concurrency_id="generate",
+    )
+    speak_event.success(handlers.history.refresh, outputs=history.listing, show_progress="hidden")
+
+    gr.on(
+        [history.refresh.click, views.history_tab.select, demo.load], handlers.history.refresh, outputs=history.listing
+    )
+    history.entry.input(
+        handlers.history.show, inputs=history.entry, outputs=[history.audio, history.files, history.details]
+    )
+    history.table.select(handlers.history.select_row, outputs=history.entry).then(
+        handlers.history.show, inputs=history.entry, outputs=[history.audio, history.files, history.details]
+    )
+    history.delete.click(handlers.history.delete, inputs=history.entry, outputs=history.listing)
+
+    gr.on(
+        [panel.fast_timer.tick, demo.load],
+        handlers.panel.gauges,
+        outputs=panel.gauges,
+        show_progress="hidden",
+        concurrency_limit=None,
+    )
+    gr.on(
+        [panel.slow_timer.tick, demo.load],
+        handlers.panel.timeline,
+        outputs=panel.timeline,
+        show_progress="hidden",
+        concurrency_limit=None,
+    )
+    panel.clean.click(
+        handlers.panel.clean_cache, inputs=panel.clear_profiles, outputs=panel.report, concurrency_id="control"
+    )
+    panel.restart.click(handlers.panel.soft_restart, inputs=panel.force, outputs=panel.report, concurrency_id="control")
+    panel.inspect.click(handlers.panel.inspect_memory, outputs=[panel.segments, panel.report], concurrency_id="control")
