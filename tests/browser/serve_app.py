@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import sys
 
 from voicelab.engine.client import EngineClient
 from voicelab.settings import Settings
@@ -29,6 +31,7 @@ def main() -> None:
     parser.add_argument("--backend", default=TONE_BACKEND)
     parser.add_argument("--queue-size", type=int, default=4)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # so the finally below stops the worker cleanly
     logging.basicConfig(level=os.environ.get("VOICELAB_LOG_LEVEL", "WARNING"))
     settings = Settings(
         backend=args.backend, port=args.port, outputs_dir=args.outputs, queue_size=args.queue_size, max_upload_mb=5

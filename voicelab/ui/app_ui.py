@@ -61,47 +61,42 @@ def build_ui(client: Engine, settings: Settings, telemetry: Any | None = None) -
 
 
 def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings) -> None:
-    """Every event of the app."""
+    """Every event of the app. Named endpoints are the app's API; timers and chained refreshes stay private."""
     generate_limit = settings.queue_size + GENERATE_CONCURRENCY_HEADROOM
     speak, history, panel = views.speak, views.history, views.panel
+    shown = [history.audio, history.files, history.details]
+    quiet: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private"}
 
-    speak_event = gr.on(
+    gr.on(
         [speak.generate.click, speak.text.submit],
         handlers.studio.speak,
         inputs=speak.inputs,
         outputs=[speak.audio, speak.meta],
         concurrency_limit=generate_limit,
         concurrency_id="generate",
-    )
-    speak_event.success(handlers.history.refresh, outputs=history.listing, show_progress="hidden")
+        api_name="speak",
+    ).success(handlers.history.refresh, outputs=history.listing, **quiet)
 
-    gr.on(
-        [history.refresh.click, views.history_tab.select, demo.load], handlers.history.refresh, outputs=history.listing
+    refreshers = [history.refresh.click, views.history_tab.select, demo.load]
+    gr.on(refreshers, handlers.history.refresh, outputs=history.listing, api_name="history_list")
+    history.entry.input(handlers.history.show, inputs=history.entry, outputs=shown, api_name="history_show")
+    history.table.select(handlers.history.select_row, outputs=history.entry, **quiet).then(
+        handlers.history.show, inputs=history.entry, outputs=shown, **quiet
     )
-    history.entry.input(
-        handlers.history.show, inputs=history.entry, outputs=[history.audio, history.files, history.details]
+    history.delete.click(
+        handlers.history.delete, inputs=history.entry, outputs=history.listing, api_name="history_delete"
     )
-    history.table.select(handlers.history.select_row, outputs=history.entry).then(
-        handlers.history.show, inputs=history.entry, outputs=[history.audio, history.files, history.details]
-    )
-    history.delete.click(handlers.history.delete, inputs=history.entry, outputs=history.listing)
 
-    gr.on(
-        [panel.fast_timer.tick, demo.load],
-        handlers.panel.gauges,
-        outputs=panel.gauges,
-        show_progress="hidden",
-        concurrency_limit=None,
-    )
-    gr.on(
-        [panel.slow_timer.tick, demo.load],
-        handlers.panel.timeline,
-        outputs=panel.timeline,
-        show_progress="hidden",
-        concurrency_limit=None,
-    )
+    ticks = {"concurrency_limit": None, **quiet}
+    gr.on([panel.fast_timer.tick, demo.load], handlers.panel.gauges, outputs=panel.gauges, **ticks)
+    gr.on([panel.slow_timer.tick, demo.load], handlers.panel.timeline, outputs=panel.timeline, **ticks)
+    control = {"concurrency_id": "control", "concurrency_limit": 1}
     panel.clean.click(
-        handlers.panel.clean_cache, inputs=panel.clear_profiles, outputs=panel.report, concurrency_id="control"
+        handlers.panel.clean_cache, inputs=panel.clear_profiles, outputs=panel.report, api_name="clean_cache", **control
     )
-    panel.restart.click(handlers.panel.soft_restart, inputs=panel.force, outputs=panel.report, concurrency_id="control")
-    panel.inspect.click(handlers.panel.inspect_memory, outputs=[panel.segments, panel.report], concurrency_id="control")
+    panel.restart.click(
+        handlers.panel.soft_restart, inputs=panel.force, outputs=panel.report, api_name="soft_restart", **control
+    )
+    panel.inspect.click(
+        handlers.panel.inspect_memory, outputs=[panel.segments, panel.report], api_name="inspect_memory", **control
+    )
