@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 
-class Emotion(str, Enum):
+class Emotion(StrEnum):
     NEUTRAL = "neutral"
     HAPPY = "happy"
     SAD = "sad"
@@ -19,14 +19,14 @@ class Emotion(str, Enum):
     WHISPER = "whisper"
 
 
-class Age(str, Enum):
+class Age(StrEnum):
     CHILD = "child"
     YOUNG_ADULT = "young adult"
     MIDDLE_AGED = "middle-aged"
     ELDERLY = "elderly"
 
 
-class Gender(str, Enum):
+class Gender(StrEnum):
     MALE = "male"
     FEMALE = "female"
 
