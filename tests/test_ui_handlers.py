@@ -18,7 +18,8 @@ from voicelab.engine.client import EngineClient
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.history import History
 from voicelab.settings import Settings
-from voicelab.ui.handlers import Studio, length_scale_for, seed_for
+from voicelab.instruct.presets import get_preset
+from voicelab.ui.handlers import Studio, apply_preset, length_scale_for, preview_style, seed_for
 from voicelab.ui.history_tab import HistoryBrowser
 from voicelab.ui.panel import ResourcePanel
 
@@ -171,3 +172,42 @@ def test_the_ui_never_imports_torch(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+UNSET = ("unspecified",) * 7
+
+
+def test_preset_fills_instruction_and_text_and_resets_dropdowns() -> None:
+    instruction, text, *dropdowns = apply_preset("News anchor")
+    preset = get_preset("News anchor")
+    assert (instruction, text) == (preset.instruction, preset.sample_text)
+    assert dropdowns == list(UNSET)
+
+
+def test_style_preview_shows_what_was_and_was_not_understood() -> None:
+    preview = preview_style("slowly and sadly, blorp", *UNSET)
+    assert "**Style:** speed 0.75x" in preview and "emotion sad" in preview
+    assert "**Not understood:** blorp" in preview
+    assert preview_style("", *UNSET) == "**Style:** neutral (the voice as it is)"
+    assert preview_style("x" * 1001, *UNSET).startswith("**The style instruction is too long")
+
+
+def test_design_makes_takes_side_by_side_with_the_resolved_style(studio: Studio) -> None:
+    dropdowns = ("unspecified", "female", "unspecified", "unspecified", "unspecified", "slow", "unspecified")
+    *players, meta, parsed = studio.design("Design this voice.", 3, "fast and happy", *dropdowns)
+    visible = [p for p in players if p.visible]
+    assert len(visible) == 3 and not players[3].visible
+    assert len({p.value for p in visible}) == 3  # three files
+    assert meta.count("take ") == 3 and "seed" in meta
+    assert "speed 0.75x" in parsed and "gender female" in parsed and "emotion happy" in parsed
+    entries = studio.history.entries()
+    assert len(entries) == 3 and {e.kind for e in entries} == {"design"}
+    assert entries[0].instruction == "fast and happy"
+    assert entries[0].style == {"speed": 0.75, "emotion": "happy", "gender": "female"}
+    assert len({e.settings["seed"] for e in entries}) == 3
+
+
+def test_design_refuses_an_unknown_dropdown_value(studio: Studio) -> None:
+    with pytest.raises(gr.Error) as caught:
+        studio.design("Text.", 1, "", "unspecified", "robot", *UNSET[2:])
+    assert caught.value.message.startswith("Unknown gender choice 'robot'")

@@ -14,6 +14,8 @@ import gradio as gr
 
 from voicelab.history import History
 from voicelab.settings import Settings
+from voicelab.ui import handlers as actions
+from voicelab.ui.design_tab import DesignView, design_layout
 from voicelab.ui.handlers import Engine, Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
@@ -26,6 +28,7 @@ GENERATE_CONCURRENCY_HEADROOM = 1  # one more than the engine queue, so the engi
 @dataclass(frozen=True)
 class Views:
     speak: SpeakView
+    design: DesignView
     history_tab: gr.Tab
     history: HistoryView
     panel: PanelView
@@ -52,11 +55,13 @@ def build_ui(client: Engine, settings: Settings, telemetry: Any | None = None) -
             with gr.Column(scale=3), gr.Tabs():
                 with gr.Tab("Speak", id="speak"):
                     speak = speak_layout()
+                with gr.Tab("Design / Instruct", id="design"):
+                    design = design_layout()
                 with gr.Tab("History", id="history") as history_tab:
                     history_view = history_layout()
             with gr.Column(scale=2, min_width=320):
                 panel = panel_layout()
-        _wire(demo, Views(speak, history_tab, history_view, panel), handlers, settings)
+        _wire(demo, Views(speak, design, history_tab, history_view, panel), handlers, settings)
     return demo
 
 
@@ -77,6 +82,23 @@ def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings)
         api_name="speak",
     ).success(handlers.history.refresh, outputs=history.listing, **quiet)
 
+    design = views.design
+    gr.on(
+        [design.generate.click],
+        handlers.studio.design,
+        inputs=design.inputs,
+        outputs=[*design.takes_audio, design.meta, design.parsed],
+        concurrency_limit=generate_limit,
+        concurrency_id="generate",
+        api_name="design",
+    ).success(handlers.history.refresh, outputs=history.listing, **quiet)
+    design.preset.input(
+        actions.apply_preset, inputs=design.preset, outputs=[design.instruction, design.text, *design.controls], **quiet
+    )
+    style_changes = [design.instruction.change, *(c.change for c in design.controls)]
+    gr.on(style_changes, actions.preview_style, inputs=design.style_inputs, outputs=design.parsed, **quiet)
+    design.takes.change(actions.show_takes, inputs=design.takes, outputs=list(design.takes_audio), **quiet)
+
     refreshers = [history.refresh.click, views.history_tab.select, demo.load]
     gr.on(refreshers, handlers.history.refresh, outputs=history.listing, api_name="history_list")
     history.entry.input(handlers.history.show, inputs=history.entry, outputs=shown, api_name="history_show")
@@ -87,10 +109,10 @@ def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings)
         handlers.history.delete, inputs=history.entry, outputs=history.listing, api_name="history_delete"
     )
 
-    ticks = {"concurrency_limit": None, **quiet}
+    ticks: dict[str, Any] = {"concurrency_limit": None, **quiet}
     gr.on([panel.fast_timer.tick, demo.load], handlers.panel.gauges, outputs=panel.gauges, **ticks)
     gr.on([panel.slow_timer.tick, demo.load], handlers.panel.timeline, outputs=panel.timeline, **ticks)
-    control = {"concurrency_id": "control", "concurrency_limit": 1}
+    control: dict[str, Any] = {"concurrency_id": "control", "concurrency_limit": 1}
     panel.clean.click(
         handlers.panel.clean_cache, inputs=panel.clear_profiles, outputs=panel.report, api_name="clean_cache", **control
     )

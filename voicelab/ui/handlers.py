@@ -21,6 +21,10 @@ import numpy as np
 from voicelab.engine.messages import CleanReport, SegmentSnapshot, SynthesisRequest, SynthesisResult
 from voicelab.errors import InvalidSettingError, InvalidTextError, JobTimeoutError, StorageError, VoiceLabError
 from voicelab.history import History, HistoryEntry
+from voicelab.instruct.controls import UNSPECIFIED, controls_to_style, resolve_style
+from voicelab.instruct.parser import ParsedInstruction
+from voicelab.instruct.presets import get_preset
+from voicelab.instruct.style import Style
 from voicelab.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -30,6 +34,8 @@ R = TypeVar("R")
 
 AudioValue = str | tuple[int, np.ndarray]
 SPEED_LIMITS = (0.5, 2.0)
+MAX_TAKES = 4
+CONTROL_NAMES = ("age", "gender", "pitch", "pitch_variation", "volume", "speed", "emotion")  # controls_to_style order
 
 
 class Engine(Protocol):
@@ -148,14 +154,16 @@ class Studio:
             self.timeline.mark_job(result.job_id, result.latency_s)
         status = metadata_line(result)
         notices = " ".join(result.notices)
+        entry: HistoryEntry | None = None
+        audio: AudioValue = (result.sample_rate, result.audio)
         try:
-            entry: HistoryEntry | None = self.history.save(request, result, kind)
-            audio: AudioValue = str(entry.audio_path) if entry else (result.sample_rate, result.audio)
+            entry = self.history.save(request, result, kind)
+            audio = str(entry.audio_path)
         except StorageError as exc:
             log.warning("generation %s not kept: %s", result.job_id, exc)
             gr.Warning(str(exc))
-            entry, audio, notices = None, (result.sample_rate, result.audio), f"{notices} {exc}".strip()
-        return Generation(result, audio, f"{status}\n{notices}".strip(), entry)
+            notices = f"{notices} {exc}".strip()
+        return Generation(result, audio, f"{status}\n\n{notices}".strip(), entry)
 
     @shows_errors
     def speak(
@@ -172,3 +180,61 @@ class Studio:
         )
         generation = self.generate(request, "speak")
         return generation.audio, generation.status
+
+    @shows_errors
+    def design(self, text: str, takes: float, instruction: str, *choices: str | None) -> tuple[Any, ...]:
+        """The Design tab's Generate: one resolved style, ``takes`` generations with fresh seeds."""
+        text = checked_text(text, self.settings.max_text_chars)
+        parsed = resolve_style(instruction or "", controls_to_style(*choices))
+        count = min(max(int(takes), 1), MAX_TAKES)
+        done = [
+            self.generate(SynthesisRequest(text=text, style=parsed.style, instruction=instruction or ""), "design")
+            for _ in range(count)
+        ]
+        players = [gr.Audio(value=g.audio, visible=True) for g in done]
+        players += [gr.Audio(value=None, visible=False) for _ in range(MAX_TAKES - count)]
+        meta = "\n\n".join(f"take {i + 1}: {g.status}" for i, g in enumerate(done))
+        return (*players, meta, describe_parsed(parsed))
+
+
+def describe_style(style: Style) -> str:
+    """A style as a user reads it, e.g. "speed 0.75x · pitch +3.0 st · emotion happy"."""
+    units = {
+        "speed": lambda v: f"speed {v:g}x",
+        "pitch_semitones": lambda v: f"pitch {v:+.1f} st",
+        "pitch_range": lambda v: f"pitch range {v:g}x",
+        "volume_db": lambda v: f"volume {v:+.0f} dB",
+    }
+    parts = [units[k](v) if k in units else f"{k} {v}" for k, v in style.to_dict().items()]
+    return " · ".join(parts) if parts else "neutral (the voice as it is)"
+
+
+def describe_parsed(parsed: ParsedInstruction) -> str:
+    """What the instruction and dropdowns resolved to, and which words were not understood."""
+    lines = [f"**Style:** {describe_style(parsed.style)}"]
+    if parsed.matched:
+        lines.append(f"**Understood:** {', '.join(parsed.matched)}")
+    if parsed.not_understood:
+        lines.append(f"**Not understood:** {', '.join(parsed.not_understood)}")
+    return "\n\n".join(lines)
+
+
+def preview_style(instruction: str, *choices: str | None) -> str:
+    """Live preview under the instruction box (no generation); a bad input shows its sentence here."""
+    try:
+        return describe_parsed(resolve_style(instruction or "", controls_to_style(*choices)))
+    except VoiceLabError as exc:
+        return f"**{exc}**"
+
+
+def show_takes(count: float) -> list[Any]:
+    """As many players as takes asked for."""
+    return [gr.Audio(visible=i < int(count)) for i in range(MAX_TAKES)]
+
+
+def apply_preset(name: str | None) -> tuple[Any, ...]:
+    """Picking a preset fills the instruction and sample text and resets the dropdowns."""
+    if not name:
+        return (gr.skip(), gr.skip(), *[gr.skip()] * len(CONTROL_NAMES))
+    preset = get_preset(name)
+    return (preset.instruction, preset.sample_text, *[UNSPECIFIED] * len(CONTROL_NAMES))
