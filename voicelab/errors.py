@@ -41,11 +41,15 @@ class JobTimeoutError(VoiceLabError):
 
 
 class WorkerCrashedError(VoiceLabError):
-    default_message = "The engine worker stopped unexpectedly while generating; it has been restarted. Please try again."
+    default_message = (
+        "The engine worker stopped unexpectedly while generating; it has been restarted. Please try again."
+    )
 
 
 class DeviceOutOfMemoryError(VoiceLabError):
-    default_message = "The GPU ran out of memory even after cleaning its cache and retrying in smaller pieces. Try shorter text."
+    default_message = (
+        "The GPU ran out of memory even after cleaning its cache and retrying in smaller pieces. Try shorter text."
+    )
 
 
 class BackendLoadError(VoiceLabError):

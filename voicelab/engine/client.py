@@ -7,6 +7,7 @@ worker is replaced; queued jobs stay queued. A soft restart replaces the worker 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -381,10 +382,9 @@ class EngineClient:
             if not item.future.running() and not item.future.set_running_or_notify_cancel():
                 return  # cancelled by its caller while queued
             self._in_flight, self._in_flight_since = item, time.monotonic()
-        try:
+        # A dead worker is noticed on the next loop, and the job then fails as a crash.
+        with contextlib.suppress(OSError):
             self._worker.conn.send(item.request)
-        except (OSError, BrokenPipeError):
-            pass  # the dead worker is noticed on the next loop; the job fails as a crash
 
     def _pump(self) -> None:
         worker = self._worker
@@ -432,7 +432,7 @@ class EngineClient:
             return
         if time.monotonic() - self._in_flight_since <= self.settings.job_timeout_s:
             return
-        log.error("job %s timed out after %.0fs; replacing the worker", in_flight.request.job_id, self.settings.job_timeout_s)
+        log.error("job %s timed out; replacing the worker", in_flight.request.job_id)
         with self._lock:
             self._in_flight = None
         self._worker.kill()
@@ -479,11 +479,9 @@ class EngineClient:
         worker, self._worker = self._worker, None
         if worker is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             worker.conn.send(ControlRequest(ControlKind.SHUTDOWN))
             worker.process.join(timeout=5)
-        except (OSError, BrokenPipeError):
-            pass
         worker.kill()
 
 

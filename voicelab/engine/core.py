@@ -61,7 +61,8 @@ class EngineCore:
         started = time.perf_counter()
         self.backend = create_backend(settings.backend, settings.voice_path)
         self.backend.load(self.device, self.dtype)
-        self._previous_stats: AllocatorStats | None = None
+        self._heartbeat_monitor = memory.AllocatorMonitor(self.device)
+        self._job_monitor = memory.AllocatorMonitor(self.device)
         self._extra_cleanups: list[tuple[str, Callable[[], None]]] = []
         self.warm_up()
         self.load_s = time.perf_counter() - started
@@ -96,14 +97,13 @@ class EngineCore:
         seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
         generator = torch.Generator(device=self.device).manual_seed(seed)
         controls = VitsControls(request.length_scale, request.noise_scale, request.noise_w)
-        if self.device.startswith("cuda"):
-            torch.cuda.reset_peak_memory_stats(self.device)
+        memory.reset_peak(self.device)
         with torch.inference_mode():
             draft = synthesize_text(
                 self.backend, text, controls, request.sentence_silence_s, generator, self._run_with_oom_retry
             )
         audio = np.clip(draft.audio, -1.0, 1.0).astype(np.float32)
-        stats = self.stats()
+        stats = memory.allocator_stats(self.device)
         return SynthesisResult(
             job_id=request.job_id,
             audio=audio,
@@ -123,8 +123,8 @@ class EngineCore:
         return memory.run_with_oom_retry(full, pieces, lambda: self.clean_cache(False))
 
     def stats(self) -> AllocatorStats:
-        self._previous_stats = memory.allocator_stats(self.device, self._previous_stats)
-        return self._previous_stats
+        """For the heartbeat and control requests; job-side hygiene uses its own monitor so no delta is lost."""
+        return self._heartbeat_monitor.sample()
 
     def clean_cache(self, clear_profiles: bool) -> CleanReport:
         cleanups = [c for c in self._extra_cleanups if clear_profiles or c[0] != "speaker profiles"]
@@ -132,7 +132,7 @@ class EngineCore:
 
     def after_job(self) -> CleanReport | None:
         """Hygiene between jobs: clean when the policy says so; feed the leak watch."""
-        stats = self.stats()
+        stats = self._job_monitor.sample()
         warning = self.leak_watch.observe(stats)
         if warning is not None:
             self.leak_warning = warning.message

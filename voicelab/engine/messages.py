@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -142,7 +142,7 @@ class AllocatorStats:
 @dataclass(frozen=True)
 class MemoryBlock:
     size: int
-    state: str  # "active_allocated", "active_pending_free" or "inactive"
+    state: str  # "active_allocated", "active_awaiting_free" or "inactive"
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ class SegmentSnapshot:
         return max((b.size for s in self.segments for b in s.blocks if b.state == "inactive"), default=0)
 
 
-class ControlKind(str, Enum):
+class ControlKind(StrEnum):
     CLEAN_CACHE = "clean_cache"
     SNAPSHOT = "snapshot"
     STATS = "stats"

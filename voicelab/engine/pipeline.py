@@ -46,7 +46,7 @@ def check_control(name: str, value: float | None) -> None:
 
 
 def join_with_silence(pieces: Sequence[np.ndarray], sample_rate: int, silence_s: float) -> np.ndarray:
-    gap = np.zeros(int(round(silence_s * sample_rate)), dtype=np.float32)
+    gap = np.zeros(round(silence_s * sample_rate), dtype=np.float32)
     out: list[np.ndarray] = []
     for index, piece in enumerate(pieces):
         if index:

@@ -1,0 +1,1 @@
+"""The engine: EngineClient (UI side), EngineCore and its worker process (device side)."""
