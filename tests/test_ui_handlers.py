@@ -17,8 +17,8 @@ from tests.fixture_backends import SECONDS_PER_CHAR
 from voicelab.engine.client import EngineClient
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.history import History
-from voicelab.settings import Settings
 from voicelab.instruct.presets import get_preset
+from voicelab.settings import Settings
 from voicelab.ui.handlers import Studio, apply_preset, length_scale_for, preview_style, seed_for
 from voicelab.ui.history_tab import HistoryBrowser
 from voicelab.ui.panel import ResourcePanel
@@ -195,9 +195,10 @@ def test_style_preview_shows_what_was_and_was_not_understood() -> None:
 def test_design_makes_takes_side_by_side_with_the_resolved_style(studio: Studio) -> None:
     dropdowns = ("unspecified", "female", "unspecified", "unspecified", "unspecified", "slow", "unspecified")
     *players, meta, parsed = studio.design("Design this voice.", 3, "fast and happy", *dropdowns)
-    visible = [p for p in players if p.visible]
-    assert len(visible) == 3 and not players[3].visible
-    assert len({p.value for p in visible}) == 3  # three files
+    visible = [p for p in players if p["visible"]]
+    assert len(visible) == 3 and not players[3]["visible"]
+    files = {Path(p["value"]) for p in visible}
+    assert len(files) == 3 and all(f.parent == studio.history.root for f in files)
     assert meta.count("take ") == 3 and "seed" in meta
     assert "speed 0.75x" in parsed and "gender female" in parsed and "emotion happy" in parsed
     entries = studio.history.entries()

@@ -49,7 +49,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         demo = build_ui(client, settings)
         demo.launch(prevent_thread_lock=True, quiet=True, **launch_options(settings))
         try:
-            yield Served(f"http://127.0.0.1:{settings.port}", settings, secret, History(serving_paths(settings).history))
+            yield Served(
+                f"http://127.0.0.1:{settings.port}", settings, secret, History(serving_paths(settings).history)
+            )
         finally:
             demo.close()
             client.close()

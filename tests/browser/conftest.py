@@ -33,7 +33,9 @@ ARTIFACTS = REPO / "test-artifacts"
 STARTUP_TIMEOUT_S = 180.0
 
 if not os.path.exists(CHROMIUM):
-    pytest.skip(f"browser tests need Debian's chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+    pytest.skip(
+        f"browser tests need Debian's chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True
+    )
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need the playwright package")
 
 
@@ -58,9 +60,7 @@ def start_app(outputs: Path, backend: str | None = None) -> RunningApp:
     if backend:
         command += ["--backend", backend]
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log: list[str] = []
     ready = threading.Event()
 
@@ -121,4 +121,3 @@ def save_screenshot(page: Any, name: str) -> Path:
     path = ARTIFACTS / name
     page.screenshot(path=str(path), full_page=True)
     return path
-

@@ -81,7 +81,9 @@ def test_clean_cache_shows_before_and_after(page: Any, tone_app: RunningApp) -> 
     page.click("#panel-clean")
     report = page.wait_for_selector("#panel-report :text('Clean cache')")
     text = page.inner_text("#panel-report")
-    assert report is not None and "reserved: 0 B → 0 B" in text and re.search(r"worker RSS: [\d.]+ MiB → [\d.]+ MiB", text)
+    assert (
+        report is not None and "reserved: 0 B → 0 B" in text and re.search(r"worker RSS: [\d.]+ MiB → [\d.]+ MiB", text)
+    )
 
 
 def test_soft_restart_shows_before_and_after_and_generation_continues(page: Any, tone_app: RunningApp) -> None:
@@ -113,3 +115,25 @@ def test_history_lists_plays_and_deletes_a_generation(page: Any, tone_app: Runni
     assert text in page.inner_text("#history-details")
     page.click("#history-delete")
     page.wait_for_selector(f"#history-table :text('{text}')", state="detached")
+
+
+def test_preset_fills_the_instruction_and_takes_play_side_by_side(page: Any, tone_app: RunningApp) -> None:
+    open_studio(page, tone_app)
+    page.get_by_role("tab", name="Design / Instruct").click()
+    page.click("#design-preset input")
+    page.get_by_role("option", name="News anchor", exact=True).click()
+    instruction = page.locator("#design-instruction textarea")
+    page.wait_for_function(
+        "() => document.querySelector('#design-instruction textarea').value.includes('calm and professional')"
+    )
+    assert instruction.input_value() == "calm and professional, at a normal pace, clear and steady"
+    assert page.locator("#design-text textarea").input_value().startswith("Good evening.")
+    page.wait_for_selector("#design-parsed :text('Style:')")
+    assert "emotion calm" in page.inner_text("#design-parsed")
+    page.click("#design-generate")
+    first = page.wait_for_selector("#design-take-1 a.download-link[href]", timeout=30000)
+    second = page.wait_for_selector("#design-take-2 a.download-link[href]", timeout=30000)
+    urls = [first.get_attribute("href"), second.get_attribute("href")]
+    assert urls[0] != urls[1]
+    assert all(page.evaluate(AUDIO_DURATION_JS, url) > 1.0 for url in urls)
+    assert page.inner_text("#design-meta").count("take ") == 2

@@ -191,8 +191,8 @@ class Studio:
             self.generate(SynthesisRequest(text=text, style=parsed.style, instruction=instruction or ""), "design")
             for _ in range(count)
         ]
-        players = [gr.Audio(value=g.audio, visible=True) for g in done]
-        players += [gr.Audio(value=None, visible=False) for _ in range(MAX_TAKES - count)]
+        players = [gr.update(value=g.audio, visible=True) for g in done]
+        players += [gr.update(value=None, visible=False) for _ in range(MAX_TAKES - count)]
         meta = "\n\n".join(f"take {i + 1}: {g.status}" for i, g in enumerate(done))
         return (*players, meta, describe_parsed(parsed))
 
@@ -229,7 +229,7 @@ def preview_style(instruction: str, *choices: str | None) -> str:
 
 def show_takes(count: float) -> list[Any]:
     """As many players as takes asked for."""
-    return [gr.Audio(visible=i < int(count)) for i in range(MAX_TAKES)]
+    return [gr.update(visible=i < int(count)) for i in range(MAX_TAKES)]
 
 
 def apply_preset(name: str | None) -> tuple[Any, ...]:

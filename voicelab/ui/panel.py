@@ -48,8 +48,8 @@ class PanelView:
 
 def panel_layout() -> PanelView:
     gr.Markdown("### Resources")
-    gauges = gr.HTML(elem_id="panel-gauges", elem_classes="vl-panel")
-    timeline = gr.Image(label="Memory timeline", format="png", interactive=False, elem_id="panel-timeline")
+    gauges = gr.HTML(elem_id="panel-gauges", apply_default_css=False)
+    timeline = gr.Image(label="Memory timeline", format="png", interactive=False, height=230, elem_id="panel-timeline")
     with gr.Row():
         clear_profiles = gr.Checkbox(label="also clear speaker profiles", elem_id="panel-clear-profiles")
         clean = gr.Button("Clean cache", size="sm", elem_id="panel-clean")
@@ -58,7 +58,9 @@ def panel_layout() -> PanelView:
         restart = gr.Button("Soft restart", size="sm", variant="stop", elem_id="panel-restart")
     report = gr.Markdown(elem_id="panel-report")
     inspect = gr.Button("Inspect memory", size="sm", elem_id="panel-inspect")
-    segments = gr.Image(label="Allocator segments", format="png", interactive=False, elem_id="panel-segments")
+    segments = gr.Image(
+        label="Allocator segments", format="png", interactive=False, height=240, elem_id="panel-segments"
+    )
     return PanelView(
         gauges, timeline, clear_profiles, clean, force, restart, report, inspect, segments, gr.Timer(1.0), gr.Timer(5.0)
     )
@@ -115,7 +117,7 @@ def _engine_line(status: Any) -> str:
     where = f"{worker.backend} on {worker.device} ({worker.dtype})" if worker else "no worker yet"
     return (
         f"engine {state} · {where} · worker pid {status.worker_pid or '—'} · queue {status.queue_length} · "
-        f"{status.completed} done, {status.failed} failed · {status.restarts} restarts"
+        f"{status.completed} done, {status.failed} failed · restarts {status.restarts}"
     )
 
 
