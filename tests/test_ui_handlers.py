@@ -19,6 +19,8 @@ from voicelab.engine.messages import SynthesisRequest
 from voicelab.history import History
 from voicelab.instruct.presets import get_preset
 from voicelab.settings import Settings
+from voicelab.telemetry.sampler import TelemetrySampler
+from voicelab.telemetry.samples import EngineState
 from voicelab.ui.handlers import Studio, apply_preset, length_scale_for, preview_style, seed_for
 from voicelab.ui.history_tab import HistoryBrowser
 from voicelab.ui.panel import ResourcePanel
@@ -212,3 +214,21 @@ def test_design_refuses_an_unknown_dropdown_value(studio: Studio) -> None:
     with pytest.raises(gr.Error) as caught:
         studio.design("Text.", 1, "", "unspecified", "robot", *UNSET[2:])
     assert caught.value.message.startswith("Unknown gender choice 'robot'")
+
+
+def test_panel_with_telemetry_shows_host_gauges_and_draws_the_timeline_once_per_sample(client: EngineClient) -> None:
+    telemetry = TelemetrySampler(engine_state=lambda: EngineState(0, None, client.status().worker_pid))
+    client.add_stats_listener(telemetry.push_allocator)
+    panel = ResourcePanel(client, telemetry)
+    assert panel.timeline() is None  # nothing sampled yet
+    telemetry.sample_once()
+    gauges = panel.gauges()
+    assert 'data-gauge="system RAM"' in gauges and 'data-gauge="CPU"' in gauges
+    gpu_figure = 'data-gauge="device memory"' if telemetry.nvml.available else "no NVIDIA GPU"
+    assert gpu_figure in gauges and "worker RSS" in gauges
+    first = panel.timeline()
+    assert first is not None and panel.timeline() is first  # a second browser tab gets the same picture
+    time.sleep(0.01)
+    telemetry.sample_once()
+    assert panel.timeline() is not first
+    telemetry.close()

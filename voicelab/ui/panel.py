@@ -9,6 +9,7 @@ worker between jobs and are shown as before → after.
 from __future__ import annotations
 
 import html
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -127,6 +128,8 @@ class ResourcePanel:
     def __init__(self, engine: Engine, telemetry: TelemetrySource | None) -> None:
         self.engine = engine
         self.telemetry = telemetry
+        self._timeline_lock = threading.Lock()
+        self._timeline: tuple[float, Image.Image] | None = None
 
     def _latest(self) -> MemorySample | None:
         return self.telemetry.ring.latest() if self.telemetry is not None else None
@@ -149,11 +152,16 @@ class ResourcePanel:
         )
 
     def timeline(self) -> Image.Image | None:
-        if self.telemetry is None:
+        """The memory timeline; drawn once per new sample however many browser tabs ask for it."""
+        latest = self._latest()
+        if self.telemetry is None or latest is None:
             return None
-        ring = self.telemetry.ring
-        seconds = TIMELINE_MINUTES * 60
-        return timeline_figure(ring.since(seconds), ring.markers_since(seconds), minutes=TIMELINE_MINUTES)
+        with self._timeline_lock:
+            if self._timeline is None or self._timeline[0] != latest.timestamp:
+                ring, seconds = self.telemetry.ring, TIMELINE_MINUTES * 60
+                picture = timeline_figure(ring.since(seconds), ring.markers_since(seconds), minutes=TIMELINE_MINUTES)
+                self._timeline = (latest.timestamp, picture)
+            return self._timeline[1]
 
     @shows_errors
     def clean_cache(self, clear_profiles: bool) -> str:
