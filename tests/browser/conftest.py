@@ -45,56 +45,77 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@dataclass(frozen=True)
 class RunningApp:
-    url: str
-    outputs: Path
-    process: subprocess.Popen[str]
-    log: list[str]
+    """tests/browser/serve_app.py in a subprocess; ``wait_ready`` blocks until its READY line (worker loaded)."""
 
+    def __init__(self, outputs: Path, backend: str | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.outputs = outputs
+        self.log: list[str] = []
+        self._ready = threading.Event()
+        command = [sys.executable, "-m", "tests.browser.serve_app", "--port", str(self.port), "--outputs", str(outputs)]
+        if backend:
+            command += ["--backend", backend]
+        env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        threading.Thread(target=self._read, daemon=True).start()
 
-def start_app(outputs: Path, backend: str | None = None) -> RunningApp:
-    """Start tests/browser/serve_app.py and wait for its READY line (the worker is loaded by then)."""
-    port = free_port()
-    command = [sys.executable, "-m", "tests.browser.serve_app", "--port", str(port), "--outputs", str(outputs)]
-    if backend:
-        command += ["--backend", backend]
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    log: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            log.append(line)
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.log.append(line)
             if line.startswith("VOICELAB READY"):
-                ready.set()
+                self._ready.set()
 
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not ready.wait(0.2):
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop_app(process)
-            raise RuntimeError("the app did not start:\n" + "".join(log[-40:]))
-    return RunningApp(f"http://127.0.0.1:{port}", outputs, process, log)
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> RunningApp:
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.2):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the app did not start:\n" + "".join(self.log[-40:]))
+        return self
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
 
 
-def stop_app(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+@dataclass(frozen=True)
+class Apps:
+    tone: RunningApp | None
+    piper: RunningApp | None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def apps(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apps]:
+    """Start every app the selected tests need at once, so their slow starts (worker, model) overlap."""
+    files = {item.path.name for item in request.session.items}
+    tone = RunningApp(tmp_path_factory.mktemp("tone-outputs")) if "test_studio_browser.py" in files else None
+    piper = RunningApp(tmp_path_factory.mktemp("piper-outputs"), "piper") if "test_piper_browser.py" in files else None
+    yield Apps(tone, piper)
+    for app in (tone, piper):
+        if app is not None:
+            app.stop()
 
 
 @pytest.fixture(scope="session")
-def tone_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApp]:
-    app = start_app(tmp_path_factory.mktemp("browser-outputs"))
-    yield app
-    stop_app(app.process)
+def tone_app(apps: Apps) -> RunningApp:
+    assert apps.tone is not None
+    return apps.tone.wait_ready()
+
+
+@pytest.fixture(scope="session")
+def piper_app(apps: Apps) -> RunningApp:
+    assert apps.piper is not None
+    return apps.piper.wait_ready()
 
 
 @pytest.fixture(scope="session")

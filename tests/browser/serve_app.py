@@ -45,9 +45,9 @@ def main() -> None:
     telemetry = TelemetrySampler(NvmlSampler(), HostSampler(), engine_state)
     client.add_stats_listener(telemetry.push_allocator)
     telemetry.start()
-    client.wait_ready(120)
-    demo = build_ui(client, settings, telemetry)
+    demo = build_ui(client, settings, telemetry)  # while the worker loads the model
     demo.launch(prevent_thread_lock=True, quiet=True, **launch_options(settings))
+    client.wait_ready(120)
     print("VOICELAB READY", flush=True)
     try:
         demo.block_thread()
