@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -31,7 +32,7 @@ DEFAULTS = (1.0, 0.667, 0.8, 0.2, -1)  # speed, noise scale, noise w, silence, s
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[EngineClient]:
-    settings = Settings(backend=TONE, queue_size=1, job_timeout_s=60.0, max_text_chars=200)
+    settings = Settings(backend=TONE, device="cpu", queue_size=1, job_timeout_s=60.0, max_text_chars=200)
     with EngineClient(settings) as engine:
         engine.wait_ready()
         yield engine
@@ -154,7 +155,8 @@ def test_panel_shows_engine_figures_and_before_after(client: EngineClient) -> No
     new_pid = client.status().worker_pid
     assert new_pid != old_pid and f"worker {old_pid} → {new_pid}, ready in" in restart
     picture, text = panel.inspect_memory()
-    assert picture.size[0] > 100 and text.startswith("**0 segments** on cpu")
+    assert picture["visible"] and picture["value"].size[0] > 100
+    assert re.match(r"\*\*\d+ segments\*\* on (cpu|cuda)", text), text
 
 
 def test_controls_map_to_request_fields() -> None:

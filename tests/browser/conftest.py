@@ -137,8 +137,8 @@ def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     context.close()
 
 
-def save_screenshot(page: Any, name: str) -> Path:
+def save_screenshot(page: Any, name: str, full_page: bool = True) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / name
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     return path

@@ -33,7 +33,7 @@ def test_the_built_in_voice_speaks_in_the_browser(page: Any, piper_app: RunningA
     meta = page.inner_text("#speak-meta")
     assert "cpu" in meta or "cuda" in meta
     assert "piper" in page.inner_text("#panel-gauges")
-    save_screenshot(page, "main-page-piper.png")
+    save_screenshot(page, "main-page-piper.png", full_page=False)
 
 
 def test_history_shows_the_piper_generation(page: Any, piper_app: RunningApp) -> None:

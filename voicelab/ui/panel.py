@@ -60,7 +60,7 @@ def panel_layout() -> PanelView:
     report = gr.Markdown(elem_id="panel-report")
     inspect = gr.Button("Inspect memory", size="sm", elem_id="panel-inspect")
     segments = gr.Image(
-        label="Allocator segments", format="png", interactive=False, height=240, elem_id="panel-segments"
+        label="Allocator segments", format="png", interactive=False, visible=False, elem_id="panel-segments"
     )
     return PanelView(
         gauges, timeline, clear_profiles, clean, force, restart, report, inspect, segments, gr.Timer(1.0), gr.Timer(5.0)
@@ -181,14 +181,15 @@ class ResourcePanel:
         return "\n".join(lines)
 
     @shows_errors
-    def inspect_memory(self) -> tuple[Image.Image, str]:
+    def inspect_memory(self) -> tuple[dict[str, Any], str]:
+        """The segment map (shown from the first press on) and a one-line summary."""
         snapshot = self.engine.memory_snapshot()
         reserved = sum(s.total_size for s in snapshot.segments)
         text = (
             f"**{len(snapshot.segments)} segments** on {snapshot.device}, {format_bytes(reserved)} reserved, "
             f"largest free block {format_bytes(snapshot.largest_free_block)}"
         )
-        return segment_map_figure(snapshot), text
+        return gr.update(value=segment_map_figure(snapshot), visible=True), text
 
 
 def _summary_from(stats: AllocatorStats | None) -> dict[str, str]:
