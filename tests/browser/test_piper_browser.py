@@ -33,6 +33,7 @@ def test_the_built_in_voice_speaks_in_the_browser(page: Any, piper_app: RunningA
     meta = page.inner_text("#speak-meta")
     assert "cpu" in meta or "cuda" in meta
     assert "piper" in page.inner_text("#panel-gauges")
+    wait_for_text(page, "#panel-gauges", "1 done")  # the panel has caught up with the finished job
     save_screenshot(page, "main-page-piper.png", full_page=False)
 
 

@@ -140,15 +140,14 @@ class ResourcePanel:
         sample = self._latest()
         stats = sample.allocator if sample and sample.allocator else status.last_stats
         rows = panel_summary(sample) if sample is not None else _summary_from(stats)
-        table = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows.items())
+        figures = "".join(f"<span>{html.escape(k)}</span><b>{html.escape(v)}</b>" for k, v in rows.items())
         notes = [status.load_error, status.leak_warning]
         warning = "".join(f'<p class="vl-warning">⚠ {html.escape(n)}</p>' for n in notes if n)
         updated = time.strftime("%H:%M:%S")
         return (
             f'<div class="vl-panel" data-updated="{updated}">{"".join(_bars(sample, stats))}{warning}'
             f'<p class="vl-muted">{html.escape(_engine_line(status))}</p>'
-            f'<details open><summary class="vl-muted">all figures · updated {updated}</summary>'
-            f'<table class="vl-summary">{table}</table></details></div>'
+            f'<div class="vl-summary">{figures}</div><p class="vl-muted">updated {updated}</p></div>'
         )
 
     def timeline(self) -> Image.Image | None:

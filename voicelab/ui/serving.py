@@ -31,9 +31,9 @@ CSS = """
 .vl-gauge-label { display: flex; justify-content: space-between; font-size: 0.85em; }
 .vl-muted { color: var(--body-text-color-subdued); font-size: 0.85em; margin: 0.3em 0; }
 .vl-warning { color: var(--color-red-500, #c00); font-size: 0.9em; margin: 0.3em 0; }
-.vl-summary { border-collapse: collapse; font-size: 0.82em; width: 100%; }
-.vl-summary td { border: none; padding: 1px 6px; }
-.vl-summary td:first-child { color: var(--body-text-color-subdued); white-space: nowrap; }
+.vl-summary { display: grid; grid-template-columns: auto 1fr auto 1fr; gap: 1px 8px; font-size: 0.82em; }
+.vl-summary span { color: var(--body-text-color-subdued); white-space: nowrap; }
+.vl-summary b { font-weight: 500; overflow-wrap: anywhere; }
 """
 
 
