@@ -1,0 +1,217 @@
+"""Voice matching: choose the ``VoiceTransform`` that moves the backend voice toward a prompt voice.
+
+Start from an analytic estimate (pitch level and range, formant scale, long-term spectrum, loudness), then
+refine a few of its parameters by coordinate search on a calibration utterance, maximising the speaker
+embedding's cosine similarity to the prompt. The identity transform is always a candidate, so matching
+never scores below the unmatched voice on the calibration utterance.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from voicelab.voice.analysis import VoiceStats, analyse_voice, f0_median_hz, ltas_db, resample
+from voicelab.voice.dsp import (
+    EQ_LIMIT_DB,
+    VoiceTransform,
+    WorldFeatures,
+    analyse_world,
+    equalise,
+    render_world,
+)
+from voicelab.voice.encoder import SAMPLE_RATE as ENCODER_RATE
+from voicelab.voice.encoder import SpeakerEncoder
+from voicelab.voice.profile import SpeakerProfile, formant_ratio
+
+log = logging.getLogger(__name__)
+
+RANGE_LIMITS = (0.5, 2.0)
+FORMANT_LIMITS = (0.8, 1.3)
+PITCH_OFFSET_ST = 0.5  # the search tries this far off the prompt's median (10 % would be 1.65 st)
+FORMANT_STEP = 1.06
+EQ_STRENGTHS = (1.5, 0.5)
+RANGE_STEPS = (1.4, 1 / 1.4)
+MIN_IMPROVEMENT = 0.002  # a move must beat the current best by this much (the score is noisy)
+MAX_EVALUATIONS = 20
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """The chosen transform and the embedding similarity to the prompt before and after it (calibration)."""
+
+    transform: VoiceTransform
+    similarity_base: float
+    similarity_matched: float
+    evaluations: int = 0
+    seconds: float = 0.0
+
+    @property
+    def gain(self) -> float:
+        return self.similarity_matched - self.similarity_base
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """Search coordinates around the analytic estimate."""
+
+    pitch_offset_st: float = 0.0
+    range_factor: float = 1.0
+    formant_factor: float = 1.0
+    eq_strength: float = 1.0
+
+
+def _clamp(value: float, limits: tuple[float, float]) -> float:
+    return min(limits[1], max(limits[0], value))
+
+
+def smooth_eq(target_ltas: tuple[float, ...], current_ltas: np.ndarray) -> tuple[float, ...]:
+    """Per-band gains that move ``current`` toward ``target``: 3-band smoothing, mean removed, +-12 dB."""
+    diff = np.asarray(target_ltas, dtype=np.float64) - np.asarray(current_ltas, dtype=np.float64)
+    padded = np.pad(diff, 1, mode="edge")
+    smooth = (padded[:-2] + 2.0 * padded[1:-1] + padded[2:]) / 4.0
+    smooth -= smooth.mean()
+    return tuple(float(v) for v in np.clip(smooth, -EQ_LIMIT_DB, EQ_LIMIT_DB))
+
+
+class VoiceMatcher:
+    """Finds and scores voice-matching transforms with one speaker encoder."""
+
+    def __init__(self, encoder: SpeakerEncoder, max_evaluations: int = MAX_EVALUATIONS) -> None:
+        self.encoder = encoder
+        self.max_evaluations = max_evaluations
+
+    def similarity(self, audio: np.ndarray, sr: int, profile: SpeakerProfile) -> float:
+        embedding = self.encoder.embed(resample(audio, sr, ENCODER_RATE))
+        return self.encoder.similarity(embedding, profile.embedding)
+
+    def score(self, output: np.ndarray, sr: int, profile: SpeakerProfile) -> tuple[float, float]:
+        """Similarity of a finished output to the prompt, and the output's median F0 in Hz."""
+        return self.similarity(output, sr, profile), f0_median_hz(output, sr)
+
+    def analytic(self, profile: SpeakerProfile, base: VoiceStats) -> VoiceTransform:
+        """The transform from statistics alone (flat EQ; the EQ depends on the rendered audio).
+
+        The pitch level is an F0 target (the prompt's median) rather than a fixed shift of
+        ``12 * log2(f0_prompt / f0_base)`` semitones: the backend's median moves by several percent from
+        sentence to sentence, so a fixed shift measured on the calibration sentence misses the target.
+        """
+        spread = profile.f0_range_st / base.f0_range_st if base.f0_range_st > 0 and profile.f0_range_st > 0 else 1.0
+        return VoiceTransform(
+            f0_target_hz=profile.f0_median_hz if profile.f0_median_hz > 0 else None,
+            pitch_range=_clamp(spread, RANGE_LIMITS),
+            formant_factor=_clamp(formant_ratio(profile.formants_hz, base.formants_hz), FORMANT_LIMITS),
+            gain_db=profile.loudness_dbfs - base.loudness_dbfs if math.isfinite(base.loudness_dbfs) else 0.0,
+        )
+
+    def match(
+        self, profile: SpeakerProfile, synthesize_calibration: Callable[[], tuple[np.ndarray, int]]
+    ) -> MatchResult:
+        """Search the transform for ``profile`` on a calibration utterance of the backend voice."""
+        started = time.perf_counter()
+        audio, sr = synthesize_calibration()
+        audio = np.asarray(audio, dtype=np.float32)
+        search = _Search(self, profile, audio, sr)
+        best = search.run()
+        result = MatchResult(
+            transform=search.transform(best),
+            similarity_base=search.base_similarity,
+            similarity_matched=search.scores[best],
+            evaluations=len(search.scores),
+            seconds=time.perf_counter() - started,
+        )
+        log.info(
+            "matched %s: similarity %.3f -> %.3f in %d evaluations, %.1f s",
+            profile.sha256[:12],
+            result.similarity_base,
+            result.similarity_matched,
+            result.evaluations,
+            result.seconds,
+        )
+        return result
+
+
+class _Search:
+    """One coordinate search; the WORLD analysis and renders are shared between candidates."""
+
+    def __init__(self, matcher: VoiceMatcher, profile: SpeakerProfile, audio: np.ndarray, sr: int) -> None:
+        self.matcher, self.profile, self.sr = matcher, profile, sr
+        self.start = matcher.analytic(profile, analyse_voice(audio, sr))
+        self.features: WorldFeatures = analyse_world(audio, sr)
+        self.renders: dict[tuple[float, float, float], tuple[np.ndarray, tuple[float, ...]]] = {}
+        self.base_similarity = matcher.similarity(audio, sr, profile)
+        self.scores: dict[_Candidate | None, float] = {None: self.base_similarity}
+
+    def transform(self, c: _Candidate | None) -> VoiceTransform:
+        """The full transform of a candidate (None: loudness only, i.e. the unmatched voice)."""
+        if c is None:
+            return VoiceTransform(gain_db=self.start.gain_db)
+        _, eq = self._render(c)
+        return replace(self._voice(c), eq_gains_db=tuple(c.eq_strength * g for g in eq))
+
+    def _voice(self, c: _Candidate) -> VoiceTransform:
+        return replace(
+            self.start,
+            pitch_semitones=c.pitch_offset_st,
+            pitch_range=_clamp(self.start.pitch_range * c.range_factor, RANGE_LIMITS),
+            formant_factor=c.formant_factor,
+        )
+
+    def _render(self, c: _Candidate) -> tuple[np.ndarray, tuple[float, ...]]:
+        """WORLD rendering of the candidate's pitch and formants, and the full-strength EQ toward the prompt."""
+        key = (c.pitch_offset_st, c.range_factor, c.formant_factor)
+        if key not in self.renders:
+            audio = render_world(self.features, self._voice(c))
+            eq = smooth_eq(self.profile.ltas_db, ltas_db(resample(audio, self.sr, ENCODER_RATE), ENCODER_RATE))
+            self.renders[key] = (audio, eq)
+        return self.renders[key]
+
+    def evaluate(self, c: _Candidate) -> float:
+        if c not in self.scores:
+            rendered, _ = self._render(c)
+            t = self.transform(c)
+            out = equalise(rendered, self.sr, t.eq_gains_db, t.tilt_db_per_octave)
+            self.scores[c] = self.matcher.similarity(out, self.sr, self.profile)
+        return self.scores[c]
+
+    def _try(self, best: _Candidate, **changes: float) -> _Candidate:
+        """``best`` with ``changes`` if that scores clearly higher (and the budget allows evaluating it)."""
+        candidate = replace(best, **changes)
+        if candidate not in self.scores and len(self.scores) >= self.matcher.max_evaluations:
+            return best
+        return candidate if self.evaluate(candidate) > self.scores[best] + MIN_IMPROVEMENT else best
+
+    def _line(self, best: _Candidate, step: float) -> _Candidate:
+        """Walk the formant factor up, or else down, by ``step`` while the similarity improves."""
+        for direction in (1, -1):
+            moved = False
+            while True:
+                value = best.formant_factor
+                new = round(_clamp(value * step**direction, FORMANT_LIMITS), 4)
+                nxt = best if new == value else self._try(best, formant_factor=new)
+                if nxt is best:
+                    break
+                best, moved = nxt, True
+            if moved:
+                break
+        return best
+
+    def run(self) -> _Candidate | None:
+        """Formant line search, then EQ strength, pitch range and level offsets, then a finer formant step."""
+        best = _Candidate(formant_factor=self.start.formant_factor)
+        self.evaluate(best)
+        best = self._line(best, FORMANT_STEP)
+        for name, values in (
+            ("eq_strength", EQ_STRENGTHS),
+            ("range_factor", RANGE_STEPS),
+            ("pitch_offset_st", (PITCH_OFFSET_ST, -PITCH_OFFSET_ST)),
+        ):
+            for value in values:
+                best = self._try(best, **{name: value})
+        best = self._line(best, FORMANT_STEP**0.5)
+        return max(self.scores, key=lambda k: self.scores[k])
