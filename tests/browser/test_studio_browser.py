@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from tests.browser.conftest import RunningApp
 from tests.fixture_backends import SECONDS_PER_CHAR
 
 pytestmark = pytest.mark.browser
+PROMPT = Path(__file__).parent / "data" / "arctic_slt_en_female.wav"
 
 AUDIO_DURATION_JS = """
 async (url) => await new Promise((resolve, reject) => {
@@ -95,6 +97,9 @@ def test_clean_cache_shows_before_and_after(page: Any, tone_app: RunningApp) -> 
     text = page.inner_text("#panel-report")
     assert re.search(r"reserved: [\d.]+ [KMG]?i?B → [\d.]+ [KMG]?i?B", text), text
     assert re.search(r"worker RSS: [\d.]+ [KMG]iB → [\d.]+ [KMG]iB", text), text
+    page.click("#panel-inspect")
+    page.wait_for_selector("#panel-segments img", state="visible")
+    wait_for_text(page, "#panel-report", "segments on")
 
 
 def test_soft_restart_shows_before_and_after_and_generation_continues(page: Any, tone_app: RunningApp) -> None:
@@ -147,3 +152,16 @@ def test_preset_fills_the_instruction_and_takes_play_side_by_side(page: Any, ton
     assert urls[0] != urls[1]
     assert all(page.evaluate(AUDIO_DURATION_JS, url) > 1.0 for url in urls)
     assert page.inner_text("#design-meta").count("take ") == 2
+
+
+def test_upload_a_prompt_and_clone(page: Any, tone_app: RunningApp) -> None:
+    open_studio(page, tone_app)
+    page.get_by_role("tab", name="Clone").click()
+    page.set_input_files("#clone-prompt input[type=file]", str(PROMPT))
+    page.wait_for_selector("#clone-prompt a.download-link[href], #clone-prompt audio", state="attached")
+    page.fill("#clone-text textarea", "Now in the uploaded voice.")
+    page.click("#clone-generate")
+    link = page.wait_for_selector("#clone-audio a.download-link[href]", timeout=30000)
+    assert page.evaluate(AUDIO_DURATION_JS, link.get_attribute("href")) > 0.3
+    wait_for_text(page, "#clone-figures", "Prompt:")
+    assert re.search(r"Prompt: 2\.9 s used · sha256 [0-9a-f]{12}", page.inner_text("#clone-figures"))

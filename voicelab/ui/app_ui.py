@@ -15,6 +15,7 @@ import gradio as gr
 from voicelab.history import History
 from voicelab.settings import Settings
 from voicelab.ui import handlers as actions
+from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
 from voicelab.ui.handlers import Engine, Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
@@ -28,6 +29,7 @@ GENERATE_CONCURRENCY_HEADROOM = 1  # one more than the engine queue, so the engi
 @dataclass(frozen=True)
 class Views:
     speak: SpeakView
+    clone: CloneView
     design: DesignView
     history_tab: gr.Tab
     history: HistoryView
@@ -55,13 +57,15 @@ def build_ui(client: Engine, settings: Settings, telemetry: Any | None = None) -
             with gr.Column(scale=3), gr.Tabs():
                 with gr.Tab("Speak", id="speak"):
                     speak = speak_layout()
+                with gr.Tab("Clone", id="clone"):
+                    clone = clone_layout()
                 with gr.Tab("Design / Instruct", id="design"):
                     design = design_layout()
                 with gr.Tab("History", id="history") as history_tab:
                     history_view = history_layout()
             with gr.Column(scale=2, min_width=320):
                 panel = panel_layout()
-        _wire(demo, Views(speak, design, history_tab, history_view, panel), handlers, settings)
+        _wire(demo, Views(speak, clone, design, history_tab, history_view, panel), handlers, settings)
     return demo
 
 
@@ -80,6 +84,17 @@ def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings)
         concurrency_limit=generate_limit,
         concurrency_id="generate",
         api_name="speak",
+    ).success(handlers.history.refresh, outputs=history.listing, **quiet)
+
+    clone = views.clone
+    gr.on(
+        [clone.generate.click],
+        handlers.studio.clone,
+        inputs=clone.inputs,
+        outputs=[clone.audio, clone.meta, clone.figures],
+        concurrency_limit=generate_limit,
+        concurrency_id="generate",
+        api_name="clone",
     ).success(handlers.history.refresh, outputs=history.listing, **quiet)
 
     design = views.design

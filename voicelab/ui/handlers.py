@@ -18,14 +18,22 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 import gradio as gr
 import numpy as np
 
-from voicelab.engine.messages import CleanReport, SegmentSnapshot, SynthesisRequest, SynthesisResult
-from voicelab.errors import InvalidSettingError, InvalidTextError, JobTimeoutError, StorageError, VoiceLabError
+from voicelab.engine.messages import CleanReport, PromptAudio, SegmentSnapshot, SynthesisRequest, SynthesisResult
+from voicelab.errors import (
+    InvalidPromptError,
+    InvalidSettingError,
+    InvalidTextError,
+    JobTimeoutError,
+    StorageError,
+    VoiceLabError,
+)
 from voicelab.history import History, HistoryEntry
 from voicelab.instruct.controls import UNSPECIFIED, controls_to_style, resolve_style
 from voicelab.instruct.parser import ParsedInstruction
 from voicelab.instruct.presets import get_preset
 from voicelab.instruct.style import Style
 from voicelab.settings import Settings
+from voicelab.voice.intake import load_prompt
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +190,35 @@ class Studio:
         return generation.audio, generation.status
 
     @shows_errors
+    def clone(
+        self,
+        prompt_path: str | None,
+        transcript: str,
+        text: str,
+        speed: float,
+        noise_scale: float,
+        noise_w: float,
+        silence_s: float,
+        seed: float | None,
+    ) -> tuple[AudioValue, str, str]:
+        """The Clone tab's button: validate the prompt here (its sentence comes at once), then generate."""
+        text = checked_text(text, self.settings.max_text_chars)
+        if not prompt_path:
+            raise InvalidPromptError("Please upload or record a voice prompt first.")
+        prompt = load_prompt(prompt_path, (transcript or "").strip(), max_bytes=self.settings.max_upload_mb * 2**20)
+        request = SynthesisRequest(
+            text=text,
+            length_scale=length_scale_for(speed),
+            noise_scale=noise_scale,
+            noise_w=noise_w,
+            sentence_silence_s=silence_s,
+            seed=seed_for(seed),
+            prompt=prompt,
+        )
+        generation = self.generate(request, "clone")
+        return generation.audio, generation.status, clone_figures(generation.result, prompt)
+
+    @shows_errors
     def design(self, text: str, takes: float, instruction: str, *choices: str | None) -> tuple[Any, ...]:
         """The Design tab's Generate: one resolved style, ``takes`` generations with fresh seeds."""
         text = checked_text(text, self.settings.max_text_chars)
@@ -195,6 +232,19 @@ class Studio:
         players += [gr.update(value=None, visible=False) for _ in range(MAX_TAKES - count)]
         meta = "\n\n".join(f"take {i + 1}: {g.status}" for i, g in enumerate(done))
         return (*players, meta, describe_parsed(parsed))
+
+
+def clone_figures(result: SynthesisResult, prompt: PromptAudio) -> str:
+    """Similarity before → after matching, prompt vs output pitch, and what intake changed."""
+    lines = []
+    if result.similarity is not None:
+        base = f"{result.similarity_base:.2f} → " if result.similarity_base is not None else ""
+        lines.append(f"**Similarity to the prompt:** {base}{result.similarity:.2f} (base voice → matched)")
+    if result.f0_prompt_hz is not None and result.f0_output_hz is not None:
+        lines.append(f"**Median pitch:** prompt {result.f0_prompt_hz:.0f} Hz · output {result.f0_output_hz:.0f} Hz")
+    lines.append(f"**Prompt:** {prompt.duration_s:.1f} s used · sha256 {prompt.sha256[:12]}")
+    lines.extend(prompt.notices)
+    return "\n\n".join(lines)
 
 
 def describe_style(style: Style) -> str:
