@@ -120,3 +120,26 @@ def test_auth_setting_is_parsed_strictly() -> None:
     assert parse_auth("ann:pa:ss") == ("ann", "pa:ss")
     with pytest.raises(InvalidSettingError, match="user:password"):
         parse_auth("no-colon")
+
+
+def test_history_survives_a_server_shutdown_that_clears_gradios_cache(tmp_path: Path) -> None:
+    settings = Settings(backend=TONE, outputs_dir=str(tmp_path / "outputs"), port=free_port())
+    with pytest.MonkeyPatch.context() as env:
+        for name in ("GRADIO_TEMP_DIR", "GRADIO_EXAMPLES_CACHE", "GRADIO_ANALYTICS_ENABLED"):
+            env.delenv(name, raising=False)
+        client = EngineClient(settings, start=False)
+        demo = build_ui(client, settings)
+        demo.launch(prevent_thread_lock=True, quiet=True, **launch_options(settings))
+        served = Served(
+            f"http://127.0.0.1:{settings.port}", settings, tmp_path, History(serving_paths(settings).history)
+        )
+        entry = served.history.save(*make_pair())
+        event, payload = call_api(served, "history_list", [])
+        assert event == "complete" and entry.entry_id in payload
+        copies = list(serving_paths(settings).gradio_temp.rglob("*.wav"))
+        assert copies, "Gradio serves a copy from its own cache folder"
+        demo.close()
+        client.close()
+    assert entry.audio_path.exists() and entry.audio_path.with_suffix(".json").exists()
+    assert History(serving_paths(settings).history).entries()[0].entry_id == entry.entry_id
+    assert not any(copy.exists() for copy in copies)  # only Gradio's copies went
