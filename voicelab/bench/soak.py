@@ -16,6 +16,7 @@ import os
 import random
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,14 +57,16 @@ class Window:
     rss: int
 
 
-def workload(n: int, prompts: int, seed: int = 0) -> list[SoakRequest]:
+def workload(n: int, prompts: int, seed: int = 0, max_chars: int = 400, prompt_every: int = 2) -> list[SoakRequest]:
+    """Deterministic requests: text of 1..max_chars characters, a prompt voice on every ``prompt_every``-th."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        length = rng.randint(1, 400)
+        length = rng.randint(1, max_chars)
         start = rng.randrange(0, len(CORPUS) - length)
         text = CORPUS[start : start + length].strip() or "Hi."
-        out.append(SoakRequest(text, (i // 2) % prompts if i % 2 else None))
+        with_prompt = prompt_every > 0 and i % prompt_every == prompt_every - 1
+        out.append(SoakRequest(text, (i // prompt_every) % prompts if with_prompt else None))
     return out
 
 
@@ -132,7 +135,9 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
         raise SystemExit(f"the soak needs at least 4 prompt voices in {args.prompts}, found {len(prompts)}")
     latencies: list[float] = []
     windows: list[Window] = []
-    for index, item in enumerate(workload(args.requests, len(prompts), args.seed), start=1):
+    for index, item in enumerate(
+        workload(args.requests, len(prompts), args.seed, args.max_chars, args.prompt_every), start=1
+    ):
         request = SynthesisRequest(
             item.text, seed=index, prompt=None if item.prompt_index is None else prompts[item.prompt_index]
         )
@@ -188,7 +193,7 @@ def _run_in_process(naive: bool, args: argparse.Namespace) -> list[Window]:
     process.start()
     child.close()
     windows: list[Window] = []
-    label = "naive (seed-app behaviour)" if naive else "managed (VoiceLab)"
+    label = "naive" if naive else "managed"
     print(f"running {args.requests} requests, {label} ...", flush=True)
     while True:
         try:
@@ -199,14 +204,24 @@ def _run_in_process(naive: bool, args: argparse.Namespace) -> list[Window]:
             break
         windows.append(payload)
         print(
-            f"  {label}: {payload.end}/{args.requests}  p50 {payload.p50_s:.3f}s  alloc {_mib(payload.allocated)}"
-            f" MiB  reserved {_mib(payload.reserved)} MiB",
+            f"  {label}: {payload.end}/{args.requests}  p50 {payload.p50_s:.3f}s  p95 {payload.p95_s:.3f}s  "
+            f"alloc {_mib(payload.allocated)} MiB  reserved {_mib(payload.reserved)} MiB  RSS {_mib(payload.rss)} MiB",
             flush=True,
         )
     process.join()
     if process.exitcode:
         raise SystemExit(f"the {label} run failed (exit code {process.exitcode})")
     return windows
+
+
+def _run_modes(args: argparse.Namespace) -> dict[str, list[Window]]:
+    """Managed, then naive (or both at once with --parallel: same machine load for both)."""
+    modes = {"managed": False, **({"naive": True} if args.naive else {})}
+    if not args.parallel:
+        return {label: _run_in_process(naive, args) for label, naive in modes.items()}
+    with ThreadPoolExecutor(len(modes)) as pool:
+        futures = {label: pool.submit(_run_in_process, naive, args) for label, naive in modes.items()}
+        return {label: future.result() for label, future in futures.items()}
 
 
 def summary(label: str, windows: Sequence[Window]) -> dict[str, str]:
@@ -234,12 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--naive", action="store_true", help="also run the naive mode and compare")
     parser.add_argument("--window", type=int, default=WINDOW)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-chars", type=int, default=400, help="longest text in the mix")
+    parser.add_argument("--prompt-every", type=int, default=2, help="a prompt voice on every N-th request (0: none)")
+    parser.add_argument("--parallel", action="store_true", help="run managed and naive at the same time")
     args = parser.parse_args(argv)
     if args.requests < 2 * args.window:
         parser.error(f"--requests must be at least {2 * args.window} to compare the first and last window")
-    results = {"managed": _run_in_process(False, args)}
-    if args.naive:
-        results["naive"] = _run_in_process(True, args)
+    results = _run_modes(args)
     for label, windows in results.items():
         _print_windows(label, windows)
     print("\nfirst 50 vs last 50")
@@ -252,4 +268,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"managed allocated growth after warm-up: {growth:+.2f} MiB")
     print(f"managed p95 last/first: {managed[-1].p95_s / managed[0].p95_s:.2f}")
     return 0
-
