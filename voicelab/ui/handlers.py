@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 import gradio as gr
 import numpy as np
 
+from voicelab.engine.client import EngineStatus, RestartReport
 from voicelab.engine.messages import CleanReport, PromptAudio, SegmentSnapshot, SynthesisRequest, SynthesisResult
 from voicelab.errors import (
     InvalidPromptError,
@@ -55,11 +56,11 @@ class Engine(Protocol):
 
     def clean_cache(self, clear_profiles: bool = False) -> CleanReport: ...
 
-    def soft_restart(self, force: bool = False) -> Any: ...
+    def soft_restart(self, force: bool = False) -> RestartReport: ...
 
     def memory_snapshot(self) -> SegmentSnapshot: ...
 
-    def status(self) -> Any: ...
+    def status(self) -> EngineStatus: ...
 
 
 class JobTimeline(Protocol):
