@@ -41,6 +41,10 @@ class ToneBackend:
     def capabilities(self) -> Capabilities:
         return Capabilities(clone=False, instruct=False, languages=("en",), streaming=False, sample_rate=SAMPLE_RATE)
 
+    @property
+    def defaults(self) -> VitsControls:
+        return VitsControls(1.0, 0.667, 0.8)
+
     def text_to_sentences(self, text: str) -> list[Sequence[int]]:
         sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
         if not sentences:

@@ -31,6 +31,11 @@ class Backend(Protocol):
     @property
     def capabilities(self) -> Capabilities: ...
 
+    @property
+    def defaults(self) -> VitsControls:
+        """The voice's default controls (so styles can scale them)."""
+        ...
+
     def text_to_sentences(self, text: str) -> list[Sequence[int]]:
         """Split text into sentences of model input ids; raises InvalidTextError if nothing can be voiced."""
         ...

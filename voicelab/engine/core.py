@@ -10,6 +10,8 @@ import os
 import secrets
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,12 +30,15 @@ from voicelab.engine.messages import (
     WorkerReady,
 )
 from voicelab.engine.pipeline import check_control, clean_text, synthesize_text
+from voicelab.engine.voicing import VoiceStage
 from voicelab.errors import BackendLoadError
+from voicelab.instruct.render import style_adjust
 from voicelab.settings import Settings
 
 log = logging.getLogger(__name__)
 
 WARMUP_TEXT = "Warming up."
+CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog, then rests a while in the warm afternoon sun."
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -50,6 +55,9 @@ def resolve_device(requested: str) -> str:
 class EngineCore:
     """Loads one backend on one device and runs requests one at a time, under inference mode."""
 
+    # Every model call runs under this; the soak benchmark's naive mode swaps it to show what it saves.
+    grad_mode: Callable[[], AbstractContextManager[Any]] = torch.inference_mode
+
     def __init__(self, settings: Settings) -> None:
         if settings.dtype not in DTYPES:
             raise BackendLoadError(f"Unknown dtype '{settings.dtype}'; use one of {', '.join(DTYPES)}.")
@@ -63,7 +71,8 @@ class EngineCore:
         self.backend.load(self.device, self.dtype)
         self._heartbeat_monitor = memory.AllocatorMonitor(self.device)
         self._job_monitor = memory.AllocatorMonitor(self.device)
-        self._extra_cleanups: list[tuple[str, Callable[[], None]]] = []
+        self.voice = VoiceStage(self.device, settings.profile_cache_size)
+        self._extra_cleanups: list[tuple[str, Callable[[], None]]] = [("speaker profiles", self.voice.clear_profiles)]
         self.warm_up()
         self.load_s = time.perf_counter() - started
         self.leak_warning: str | None = None
@@ -86,7 +95,7 @@ class EngineCore:
 
     def warm_up(self) -> None:
         """One short synthesis so the first user request doesn't pay for lazy initialisation."""
-        with torch.inference_mode():
+        with self.grad_mode():
             synthesize_text(self.backend, WARMUP_TEXT, VitsControls(), 0.0, None)
 
     def synthesize(self, request: SynthesisRequest) -> SynthesisResult:
@@ -95,27 +104,51 @@ class EngineCore:
         for name in ("length_scale", "noise_scale", "noise_w", "sentence_silence_s"):
             check_control(name, getattr(request, name))
         seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
-        generator = torch.Generator(device=self.device).manual_seed(seed)
-        controls = VitsControls(request.length_scale, request.noise_scale, request.noise_w)
+        adjust = style_adjust(request.style)
+        base_scale = request.length_scale if request.length_scale is not None else self.backend.defaults.length_scale
+        controls = VitsControls(
+            None if base_scale is None else base_scale * adjust.length_scale_factor,
+            request.noise_scale,
+            request.noise_w,
+        )
         memory.reset_peak(self.device)
-        with torch.inference_mode():
+        with self.grad_mode():
             draft = synthesize_text(
-                self.backend, text, controls, request.sentence_silence_s, generator, self._run_with_oom_retry
+                self.backend,
+                text,
+                controls,
+                request.sentence_silence_s,
+                torch.Generator(device=self.device).manual_seed(seed),
+                self._run_with_oom_retry,
             )
-        audio = np.clip(draft.audio, -1.0, 1.0).astype(np.float32)
-        stats = memory.allocator_stats(self.device)
+            profile = self.voice.profile_for(request.prompt, self._calibration) if request.prompt else None
+            audio = self.voice.render(draft.audio, draft.sample_rate, profile, adjust)
+            scores = self.voice.scores(draft.audio, audio, draft.sample_rate, profile) if profile else None
         return SynthesisResult(
             job_id=request.job_id,
-            audio=audio,
+            audio=np.clip(audio, -1.0, 1.0).astype(np.float32),
             sample_rate=draft.sample_rate,
             latency_s=time.perf_counter() - started,
             backend=self.backend.name,
             device=self.device,
             dtype=self.dtype,
-            peak_allocated_bytes=stats.peak_allocated,
-            seed=seed,
+            peak_allocated_bytes=memory.allocator_stats(self.device).peak_allocated,
+            similarity=scores.similarity if scores else None,
+            similarity_base=scores.similarity_base if scores else None,
+            f0_prompt_hz=scores.f0_prompt_hz if scores else None,
+            f0_output_hz=scores.f0_output_hz if scores else None,
             style=request.style,
+            seed=seed,
+            notices=request.prompt.notices if request.prompt else (),
+            profile_cache=self.voice.cache_stats(),
         )
+
+    def _calibration(self) -> tuple[np.ndarray, int]:
+        """The backend voice on a fixed sentence, for the matcher's once-per-profile search."""
+        draft = synthesize_text(
+            self.backend, CALIBRATION_TEXT, VitsControls(), 0.0, torch.Generator(device=self.device).manual_seed(0)
+        )
+        return draft.audio, draft.sample_rate
 
     def _run_with_oom_retry(
         self, full: Callable[[], list[np.ndarray]], pieces: Callable[[], list[np.ndarray]]
@@ -152,5 +185,6 @@ class EngineCore:
         return handlers[request.kind]()
 
     def close(self) -> None:
+        self.voice.unload()
         self.backend.unload()
         memory.clean_device_cache(self.device, ())

@@ -54,6 +54,23 @@ class SynthesisRequest:
 
 
 @dataclass(frozen=True)
+class ProfileCacheStats:
+    """Figures for the resource panel."""
+
+    size: int
+    capacity: int
+    hits: int
+    misses: int
+    evictions: int = 0
+    device_bytes: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        lookups = self.hits + self.misses
+        return self.hits / lookups if lookups else 0.0
+
+
+@dataclass(frozen=True)
 class SynthesisResult:
     """Audio plus the figures a user sees. Clone scores are ``None`` without a prompt."""
 
@@ -73,6 +90,7 @@ class SynthesisResult:
     style: Style = field(default_factory=Style)
     seed: int | None = None
     notices: tuple[str, ...] = ()
+    profile_cache: ProfileCacheStats | None = None
 
     @property
     def duration_s(self) -> float:
@@ -233,3 +251,4 @@ class Heartbeat:
     stats: AllocatorStats
     busy_job_id: str | None
     leak_warning: str | None = None
+    profile_cache: ProfileCacheStats | None = None

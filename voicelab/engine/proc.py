@@ -47,7 +47,14 @@ class _Sender:
 def _heartbeat_loop(core: Any, sender: _Sender, state: dict[str, str | None], stop: threading.Event) -> None:
     while not stop.wait(HEARTBEAT_S):
         try:
-            sender.send(Heartbeat(stats=core.stats(), busy_job_id=state["job"], leak_warning=core.leak_warning))
+            sender.send(
+                Heartbeat(
+                    stats=core.stats(),
+                    busy_job_id=state["job"],
+                    leak_warning=core.leak_warning,
+                    profile_cache=core.voice.cache_stats(),
+                )
+            )
         except (OSError, EOFError, BrokenPipeError):
             return
 

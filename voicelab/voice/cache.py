@@ -9,28 +9,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 
+from voicelab.engine.messages import ProfileCacheStats
 from voicelab.voice.profile import SpeakerProfile
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ProfileCacheStats:
-    """Figures for the resource panel."""
-
-    size: int
-    capacity: int
-    hits: int
-    misses: int
-    evictions: int = 0
-    device_bytes: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        lookups = self.hits + self.misses
-        return self.hits / lookups if lookups else 0.0
 
 
 class ProfileCache:

@@ -80,7 +80,7 @@ class VoiceTransform:
         """
         return VoiceTransform(
             pitch_semitones=self.pitch_semitones + other.pitch_semitones,
-            pitch_range=self.pitch_range * other.pitch_range,
+            pitch_range=min(4.0, self.pitch_range * other.pitch_range),
             f0_target_hz=other.f0_target_hz if other.f0_target_hz is not None else self.f0_target_hz,
             formant_factor=min(2.0, max(0.5, self.formant_factor * other.formant_factor)),
             eq_gains_db=_add_bands(self.eq_gains_db, other.eq_gains_db),

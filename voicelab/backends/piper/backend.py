@@ -55,7 +55,7 @@ class PiperBackend:
             self.model_path, config_path = Path(voice_path), Path(f"{voice_path}.json")
         else:
             self.model_path, config_path = default_voice_paths()
-        self.config: VoiceConfig = read_voice_config(config_path, self.model_path.name.removesuffix(".onnx"))
+        self.config: VoiceConfig = read_voice_config(config_path, self.model_path.name.removesuffix(".onnx").removesuffix(".pt"))
         self.voice_name = self.config.name
         self.sample_rate = self.config.sample_rate
         self.batch_policy = batch_policy or BatchPolicy()
@@ -141,6 +141,11 @@ class PiperBackend:
                 for row, i in enumerate(batch):
                     audio[i] = np.ascontiguousarray(wave_np[row, : n_np[row]], dtype=np.float32)
         return audio
+
+    @property
+    def defaults(self) -> VitsControls:
+        """The voice's own scales from its config."""
+        return VitsControls(self.config.length_scale, self.config.noise_scale, self.config.noise_w)
 
     def _require_model(self) -> VitsModel:
         if self._model is None:

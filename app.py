@@ -1,0 +1,62 @@
+"""VoiceLab entry point: parse settings, start the engine client and telemetry, build the UI, launch.
+
+Usage: ``python app.py [--host 127.0.0.1] [--port 7860] [--auth user:password] [--device cuda] ...``; every
+setting also reads ``VOICELAB_<NAME>`` from the environment (see README, Configuration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from voicelab.engine.client import EngineClient  # noqa: E402  (the environment above must be set first)
+from voicelab.settings import Settings, add_arguments, from_arguments  # noqa: E402
+from voicelab.telemetry.host import HostSampler  # noqa: E402
+from voicelab.telemetry.nvml import NvmlSampler  # noqa: E402
+from voicelab.telemetry.sampler import TelemetrySampler  # noqa: E402
+from voicelab.telemetry.samples import EngineState  # noqa: E402
+
+log = logging.getLogger("voicelab")
+
+
+def parse_settings(argv: Sequence[str] | None) -> Settings:
+    parser = argparse.ArgumentParser(prog="app.py", description="VoiceLab studio (Gradio UI)")
+    add_arguments(parser)
+    return from_arguments(parser.parse_args(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    logging.basicConfig(level=os.environ.get("VOICELAB_LOG_LEVEL", "INFO"), format="%(levelname)s %(name)s: %(message)s")
+    settings = parse_settings(argv)
+    from voicelab.ui.app_ui import build_ui
+    from voicelab.ui.serving import launch_options
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below: the worker stops cleanly
+    client = EngineClient(settings)
+
+    def engine_state() -> EngineState:
+        status = client.status()
+        return EngineState(status.queue_length, status.in_flight_job, status.worker_pid or None)
+
+    telemetry = TelemetrySampler(NvmlSampler(), HostSampler(), engine_state)
+    client.add_stats_listener(telemetry.push_allocator)
+    telemetry.start()
+    try:
+        demo = build_ui(client, settings, telemetry)
+        # The UI comes up at once; it shows the engine's state (loading, ready, or why the voice failed to load).
+        demo.launch(prevent_thread_lock=True, **launch_options(settings))
+        print(f"VOICELAB READY http://{settings.host}:{settings.port}", flush=True)
+        demo.block_thread()
+    finally:
+        telemetry.stop()
+        client.close()
+
+
+if __name__ == "__main__":
+    main()
