@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 
 from voicelab.engine.client import EngineClient
-from voicelab.engine.messages import PromptAudio, SynthesisResult
+from voicelab.engine.messages import ProfileCacheStats, PromptAudio, SynthesisResult
 from voicelab.history import History
 from voicelab.settings import Settings
 from voicelab.ui.handlers import Studio, clone_figures
@@ -72,6 +72,7 @@ def test_clone_figures_show_base_to_matched_similarity_and_pitch() -> None:
         backend="piper",
         device="cpu",
         dtype="float32",
+        profile_cache=ProfileCacheStats(size=3, capacity=8, hits=2, misses=1),
         similarity=0.781,
         similarity_base=0.412,
         f0_prompt_hz=211.4,
@@ -80,6 +81,7 @@ def test_clone_figures_show_base_to_matched_similarity_and_pitch() -> None:
     text = clone_figures(result, prompt)
     assert "**Similarity to the prompt:** 0.41 → 0.78 (base voice → matched)" in text
     assert "**Median pitch:** prompt 211 Hz · output 205 Hz" in text
+    assert "**Profile cache:** 3 of 8 voices · hit rate 67% (2 hits, 1 misses)" in text
     assert "Only the first 30 s were used." in text
 
 

@@ -153,15 +153,3 @@ def test_preset_fills_the_instruction_and_takes_play_side_by_side(page: Any, ton
     assert all(page.evaluate(AUDIO_DURATION_JS, url) > 1.0 for url in urls)
     assert page.inner_text("#design-meta").count("take ") == 2
 
-
-def test_upload_a_prompt_and_clone(page: Any, tone_app: RunningApp) -> None:
-    open_studio(page, tone_app)
-    page.get_by_role("tab", name="Clone").click()
-    page.set_input_files("#clone-prompt input[type=file]", str(PROMPT))
-    page.wait_for_selector("#clone-prompt a.download-link[href], #clone-prompt audio", state="attached")
-    page.fill("#clone-text textarea", "Now in the uploaded voice.")
-    page.click("#clone-generate")
-    link = page.wait_for_selector("#clone-audio a.download-link[href]", timeout=30000)
-    assert page.evaluate(AUDIO_DURATION_JS, link.get_attribute("href")) > 0.3
-    wait_for_text(page, "#clone-figures", "Prompt:")
-    assert re.search(r"Prompt: 2\.9 s used · sha256 [0-9a-f]{12}", page.inner_text("#clone-figures"))

@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 import gradio as gr
 import numpy as np
 
+from voicelab.engine.client import EngineStatus, RestartReport
 from voicelab.engine.messages import CleanReport, PromptAudio, SegmentSnapshot, SynthesisRequest, SynthesisResult
 from voicelab.errors import (
     InvalidPromptError,
@@ -55,11 +56,11 @@ class Engine(Protocol):
 
     def clean_cache(self, clear_profiles: bool = False) -> CleanReport: ...
 
-    def soft_restart(self, force: bool = False) -> Any: ...
+    def soft_restart(self, force: bool = False) -> RestartReport: ...
 
     def memory_snapshot(self) -> SegmentSnapshot: ...
 
-    def status(self) -> Any: ...
+    def status(self) -> EngineStatus: ...
 
 
 class JobTimeline(Protocol):
@@ -243,6 +244,12 @@ def clone_figures(result: SynthesisResult, prompt: PromptAudio) -> str:
     if result.f0_prompt_hz is not None and result.f0_output_hz is not None:
         lines.append(f"**Median pitch:** prompt {result.f0_prompt_hz:.0f} Hz · output {result.f0_output_hz:.0f} Hz")
     lines.append(f"**Prompt:** {prompt.duration_s:.1f} s used · sha256 {prompt.sha256[:12]}")
+    cache = result.profile_cache
+    if cache is not None:
+        lines.append(
+            f"**Profile cache:** {cache.size} of {cache.capacity} voices · hit rate {cache.hit_rate:.0%} "
+            f"({cache.hits} hits, {cache.misses} misses)"
+        )
     lines.extend(prompt.notices)
     return "\n\n".join(lines)
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import gradio as gr
 from PIL import Image
 
+from voicelab.engine.client import EngineStatus
 from voicelab.engine.messages import AllocatorStats, CleanReport
 from voicelab.telemetry.pictures import format_bytes, format_percent, panel_summary, segment_map_figure, timeline_figure
 from voicelab.telemetry.ring import RingBuffer
@@ -112,7 +113,7 @@ def _bars(sample: MemorySample | None, stats: AllocatorStats | None) -> list[str
     return bars
 
 
-def _engine_line(status: Any) -> str:
+def _engine_line(status: EngineStatus) -> str:
     worker = status.worker
     state = "ready" if status.ready else ("failed to load" if status.load_error else "starting")
     where = f"{worker.backend} on {worker.device} ({worker.dtype})" if worker else "no worker yet"
