@@ -79,7 +79,7 @@ def test_ruler_hears_pitch_voicing_and_level_on_known_signals() -> None:
     """The measurements themselves: a 100 Hz pulse train is voiced at 100 Hz, white noise is not voiced."""
     sr = 16000
     t = np.arange(sr) / sr
-    buzz = 0.1 * sum(np.sin(2 * np.pi * 100.0 * k * t) / k for k in range(1, 20))
+    buzz = 0.1 * np.sum([np.sin(2 * np.pi * 100.0 * k * t) / k for k in range(1, 20)], axis=0)
     noise = 0.1 * np.random.default_rng(0).standard_normal(sr)
     heard_buzz, heard_noise = measure(buzz, sr), measure(noise, sr)
     assert heard_buzz.f0_median_hz == pytest.approx(100.0, rel=0.01)
