@@ -315,11 +315,12 @@ class EngineClient:
             if restart is None or (self._in_flight is not None and not restart.force):
                 return
             self._restart = None
-            requeued = self._in_flight if isinstance(self._in_flight, _Job) else None
+            in_flight = self._in_flight
+            requeued = in_flight if isinstance(in_flight, _Job) else None
             if requeued is not None:
                 self._jobs.appendleft(requeued)
-            elif self._in_flight is not None:
-                self._controls.appendleft(self._in_flight)
+            elif isinstance(in_flight, _Control):
+                self._controls.appendleft(in_flight)
             self._in_flight = None
             self._ready = None
         assert self._worker is not None
