@@ -146,3 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = sum(r.torch_s for r in rows) / sum(r.ort_s for r in rows)
     print(f"torch/onnxruntime time ratio: {ratio:.3f}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
