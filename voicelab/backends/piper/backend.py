@@ -84,6 +84,8 @@ class PiperBackend:
             target = torch.device(device)
         except RuntimeError as exc:
             raise InvalidSettingError(f"Unknown device {device!r}; use cpu or cuda.") from exc
+        if target.type == "cuda" and not torch.cuda.is_available():
+            raise InvalidSettingError("A CUDA GPU was asked for, but PyTorch sees none here; use the CPU instead.")
         if target.type == "cpu" and dtype == "float16":
             logger.warning("float16 convolutions are very slow on CPU; using float32 instead")
             dtype = "float32"
