@@ -2,7 +2,8 @@
 
 Weight norm was folded into plain weights when the voice was exported, so every layer is a plain conv.
 Batched inputs carry a frame mask: every conv input is zeroed past an item's length, which reproduces
-exactly the zero padding an item sees when it is run on its own.
+exactly the zero padding an item sees when it is run on its own. On CPU the signal travels as
+[B, C, 1, T] in channels-last memory (see Conv1d and Upsample); elsewhere as plain [B, C, T].
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class ResBlock1(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, x_act: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """x [B, C, T] and its activation leaky_relu(x) (shared by the resblocks of a stage), masked."""
+        """x [B, C, (1,) T] and its activation leaky_relu(x), shared by the resblocks of a stage, masked."""
         for i, (conv1, conv2) in enumerate(zip(self.convs1, self.convs2, strict=True)):
             act = x_act if i == 0 else _masked(F.leaky_relu(x, LRELU_SLOPE), mask)
             xt = conv1(act)
@@ -73,7 +74,7 @@ class ResBlock2(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, x_act: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """x [B, C, T] and its activation leaky_relu(x) (shared by the resblocks of a stage), masked."""
+        """x [B, C, (1,) T] and its activation leaky_relu(x), shared by the resblocks of a stage, masked."""
         for i, conv in enumerate(self.convs):
             act = x_act if i == 0 else _masked(F.leaky_relu(x, LRELU_SLOPE), mask)
             x = conv(act).add_(x)

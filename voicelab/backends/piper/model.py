@@ -71,7 +71,8 @@ class RelativeSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
         """x [B, C, T], key_mask [B, 1, 1, T] (True = real position) or None -> [B, C, T]."""
         b, c, t = x.shape
-        q, k, v = (conv(x).view(b, self.n_heads, self.k_channels, t).transpose(2, 3) for conv in self.qkv_convs)
+        heads = (self.n_heads, self.k_channels, t)
+        q, k, v = (conv(x).view(b, *heads).transpose(2, 3) for conv in (self.conv_q, self.conv_k, self.conv_v))
         q = q / math.sqrt(self.k_channels)
         scores = q @ k.transpose(-2, -1) + self._band_to_square(q @ self.emb_rel_k[0].T)
         if key_mask is not None:
@@ -79,10 +80,6 @@ class RelativeSelfAttention(nn.Module):
         p = F.softmax(scores, dim=-1)  # [B, h, T, T]
         out = p @ v + self._square_to_band(p) @ self.emb_rel_v[0]
         return self.conv_o(out.transpose(2, 3).reshape(b, c, t))
-
-    @property
-    def qkv_convs(self) -> tuple[nn.Conv1d, nn.Conv1d, nn.Conv1d]:
-        return self.conv_q, self.conv_k, self.conv_v
 
     def _band_to_square(self, band: torch.Tensor) -> torch.Tensor:
         """[..., T, 2w+1] (offset j-i+w) -> [..., T, T], zero outside the band, by the pad-and-skew trick."""
