@@ -5,6 +5,8 @@ phoneme ids [B, T] -> TextEncoder -> (hidden, prior mean m, prior log-std logs) 
                    -> expand m, logs to frames, sample z_p = m + eps * exp(logs) * noise_scale
                    -> ResidualCouplingBlock (reverse) -> z [B, C, T_frames]
                    -> Generator (HiFi-GAN) -> audio [B, 1, T_frames * hop]
+
+The blocks live in duration.py, flow.py and decoder.py; weights.py fills them from a Piper .onnx.
 """
 
 from __future__ import annotations
