@@ -73,7 +73,7 @@ def load_prompt(
 
 def _open(source: str | Path | bytes, max_bytes: int) -> BinaryIO | Path:
     """The file to decode, refused before decoding when it is too large."""
-    limit = f"{max_bytes / 2**20:g} MB"
+    limit = f"{max_bytes / 2**20:.3g} MB" if max_bytes >= 2**20 else f"{max_bytes / 2**10:.3g} kB"
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         if not data:
