@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import voicelab.voice.dsp as dsp
+from voicelab.voice import dsp
 from voicelab.voice.analysis import LTAS_BANDS, active_rms_dbfs, analyse_voice, f0_median_hz
 from voicelab.voice.dsp import VoiceTransform, apply_transform
 
