@@ -117,8 +117,10 @@ class VoiceMatcher:
         """Search the transform for ``profile`` on a calibration utterance of the backend voice."""
         started = time.perf_counter()
         audio, sr = synthesize_calibration()
-        audio = np.asarray(audio, dtype=np.float32)
-        search = _Search(self, profile, audio, sr)
+        # The search runs at the encoder's 16 kHz: every rendering is only ever embedded, and the transform's
+        # parameters (F0, formant scale, EQ bands in Hz, gain) do not depend on the sample rate.
+        audio16 = resample(np.asarray(audio, dtype=np.float32), sr, ENCODER_RATE)
+        search = _Search(self, profile, audio16, ENCODER_RATE)
         best = search.run()
         result = MatchResult(
             transform=search.transform(best),
