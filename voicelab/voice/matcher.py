@@ -32,9 +32,9 @@ from voicelab.voice.profile import SpeakerProfile, formant_ratio
 log = logging.getLogger(__name__)
 
 RANGE_LIMITS = (0.5, 2.0)
-# Above 1.2 the recogniser's word error rate climbs fast (8 Harvard texts at 200 Hz: formant 1.1 -> 38 %,
-# 1.2 -> 48 %, 1.3 -> 60 %, unshifted voice 41 %), so the search stays below it.
-FORMANT_LIMITS = (0.85, 1.2)
+# Above ~1.15 the recogniser's word error rate climbs fast (8 Harvard texts at 200 Hz: formant 1.1 -> 38 %,
+# 1.2 -> 48 %, 1.3 -> 60 %, unshifted voice 41 %), so the search stays at or below 1.15.
+FORMANT_LIMITS = (0.85, 1.15)
 PITCH_OFFSET_ST = 0.5  # the search tries this far off the prompt's median (10 % would be 1.65 st)
 FORMANT_STEP = 1.06
 EQ_STRENGTHS = (1.5, 0.5)
