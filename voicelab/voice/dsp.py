@@ -231,7 +231,7 @@ def equalise(audio: np.ndarray, sr: int, eq_gains_db: tuple[float, ...], tilt_db
     n = scipy.fft.next_fast_len(len(audio) + 8192, real=True)
     spectrum = scipy.fft.rfft(audio.astype(np.float64), n)
     gain = 10.0 ** (eq_curve_db(scipy.fft.rfftfreq(n, 1.0 / sr), eq_gains_db, tilt_db_per_octave) / 20.0)
-    return scipy.fft.irfft(spectrum * gain, n)[: len(audio)].astype(np.float32)
+    return np.asarray(scipy.fft.irfft(spectrum * gain, n)[: len(audio)], dtype=np.float32)
 
 
 def limit_peaks(audio: np.ndarray, sr: int, ceiling: float = PEAK_CEILING) -> np.ndarray:
@@ -243,7 +243,7 @@ def limit_peaks(audio: np.ndarray, sr: int, ceiling: float = PEAK_CEILING) -> np
     gain = np.minimum(1.0, ceiling / np.maximum(envelope, 1e-12))
     gain = uniform_filter1d(minimum_filter1d(gain, size=width + 1), size=width + 1)
     out = audio * gain.astype(np.float32)
-    return np.clip(out, -ceiling, ceiling)
+    return np.asarray(np.clip(out, -ceiling, ceiling), dtype=np.float32)
 
 
 def _set_loudness(audio: np.ndarray, sr: int, target_dbfs: float) -> np.ndarray:
