@@ -10,6 +10,8 @@ import os
 import secrets
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,6 +55,9 @@ def resolve_device(requested: str) -> str:
 class EngineCore:
     """Loads one backend on one device and runs requests one at a time, under inference mode."""
 
+    # Every model call runs under this; the soak benchmark's naive mode swaps it to show what it saves.
+    grad_mode: Callable[[], AbstractContextManager[Any]] = torch.inference_mode
+
     def __init__(self, settings: Settings) -> None:
         if settings.dtype not in DTYPES:
             raise BackendLoadError(f"Unknown dtype '{settings.dtype}'; use one of {', '.join(DTYPES)}.")
@@ -90,7 +95,7 @@ class EngineCore:
 
     def warm_up(self) -> None:
         """One short synthesis so the first user request doesn't pay for lazy initialisation."""
-        with torch.inference_mode():
+        with self.grad_mode():
             synthesize_text(self.backend, WARMUP_TEXT, VitsControls(), 0.0, None)
 
     def synthesize(self, request: SynthesisRequest) -> SynthesisResult:
@@ -107,7 +112,7 @@ class EngineCore:
             request.noise_w,
         )
         memory.reset_peak(self.device)
-        with torch.inference_mode():
+        with self.grad_mode():
             draft = synthesize_text(
                 self.backend,
                 text,

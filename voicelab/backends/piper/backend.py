@@ -55,7 +55,7 @@ class PiperBackend:
             self.model_path, config_path = Path(voice_path), Path(f"{voice_path}.json")
         else:
             self.model_path, config_path = default_voice_paths()
-        self.config: VoiceConfig = read_voice_config(config_path, self.model_path.name.removesuffix(".onnx"))
+        self.config: VoiceConfig = read_voice_config(config_path, self.model_path.name.removesuffix(".onnx").removesuffix(".pt"))
         self.voice_name = self.config.name
         self.sample_rate = self.config.sample_rate
         self.batch_policy = batch_policy or BatchPolicy()

@@ -1,0 +1,144 @@
+"""Browser fixtures: the real app in a subprocess (tone backend, fast) and Debian's headless chromium.
+
+Playwright only drives the system browser at /usr/bin/chromium; it never downloads one. Screenshots of
+every browser test go to test-artifacts/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+STARTUP_TIMEOUT_S = 180.0
+
+if not os.path.exists(CHROMIUM):
+    pytest.skip(
+        f"browser tests need Debian's chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True
+    )
+sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need the playwright package")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RunningApp:
+    """tests/browser/serve_app.py in a subprocess; ``wait_ready`` blocks until its READY line (worker loaded)."""
+
+    def __init__(self, outputs: Path, backend: str | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.outputs = outputs
+        self.log: list[str] = []
+        self._ready = threading.Event()
+        command = [sys.executable, "-m", "tests.browser.serve_app", "--port", str(self.port), "--outputs", str(outputs)]
+        if backend:
+            command += ["--backend", backend]
+        env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.log.append(line)
+            if line.startswith("VOICELAB READY"):
+                self._ready.set()
+
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> RunningApp:
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.2):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the app did not start:\n" + "".join(self.log[-40:]))
+        return self
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+@dataclass(frozen=True)
+class Apps:
+    tone: RunningApp | None
+    piper: RunningApp | None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def apps(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apps]:
+    """Start every app the selected tests need at once, so their slow starts (worker, model) overlap."""
+    files = {item.path.name for item in request.session.items}
+    tone = RunningApp(tmp_path_factory.mktemp("tone-outputs")) if "test_studio_browser.py" in files else None
+    piper = RunningApp(tmp_path_factory.mktemp("piper-outputs"), "piper") if "test_piper_browser.py" in files else None
+    yield Apps(tone, piper)
+    for app in (tone, piper):
+        if app is not None:
+            app.stop()
+
+
+@pytest.fixture(scope="session")
+def tone_app(apps: Apps) -> RunningApp:
+    assert apps.tone is not None
+    return apps.tone.wait_ready()
+
+
+@pytest.fixture(scope="session")
+def piper_app(apps: Apps) -> RunningApp:
+    assert apps.piper is not None
+    return apps.piper.wait_ready()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(15000)
+    yield page
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+    context.close()
+
+
+def save_screenshot(page: Any, name: str, full_page: bool = True) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=full_page)
+    return path

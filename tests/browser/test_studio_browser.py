@@ -1,0 +1,155 @@
+"""The studio in a real browser: what a user clicks and what they must see (tone backend, fast)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import RunningApp
+from tests.fixture_backends import SECONDS_PER_CHAR
+
+pytestmark = pytest.mark.browser
+PROMPT = Path(__file__).parent / "data" / "arctic_slt_en_female.wav"
+
+AUDIO_DURATION_JS = """
+async (url) => await new Promise((resolve, reject) => {
+    const audio = new Audio();
+    audio.preload = "metadata";
+    audio.onloadedmetadata = () => resolve(audio.duration);
+    audio.onerror = () => reject(new Error("audio error " + (audio.error && audio.error.code)));
+    audio.src = url;
+})
+"""
+
+
+def wait_for_text(page: Any, selector: str, text: str, present: bool = True, timeout: float = 15000) -> None:
+    """Wait until the element's visible text does (or no longer does) contain ``text``."""
+    page.wait_for_function(
+        "([sel, text, present]) => { const el = document.querySelector(sel);"
+        " return !!el && el.innerText.includes(text) === present; }",
+        arg=[selector, text, present],
+        timeout=timeout,
+    )
+
+
+def open_studio(page: Any, app: RunningApp) -> None:
+    page.goto(app.url)
+    page.wait_for_selector("#speak-text textarea")
+
+
+def generate(page: Any, text: str) -> str:
+    """Type, press Generate, and return the URL the audio player got."""
+    page.fill("#speak-text textarea", text)
+    page.click("#speak-generate")
+    link = page.wait_for_selector("#speak-audio a.download-link[href]", timeout=30000)
+    return str(link.get_attribute("href"))
+
+
+def test_page_loads_with_tabs_and_panel(page: Any, tone_app: RunningApp) -> None:
+    open_studio(page, tone_app)
+    assert page.title() == "VoiceLab"
+    for tab in ("Speak", "History"):
+        assert page.get_by_role("tab", name=tab).is_visible()
+    page.wait_for_selector("#panel-gauges .vl-gauge")
+    assert "engine ready" in page.inner_text("#panel-gauges")
+
+
+def test_generate_gives_playable_audio_of_plausible_length(page: Any, tone_app: RunningApp) -> None:
+    open_studio(page, tone_app)
+    text = "Hello from the browser. A second sentence follows."
+    url = generate(page, text)
+    duration = page.evaluate(AUDIO_DURATION_JS, url)  # the browser itself decodes it
+    expected = (len("Hello from the browser.") + len("A second sentence follows.")) * SECONDS_PER_CHAR + 0.2
+    assert duration == pytest.approx(expected, abs=0.02)
+    meta = page.inner_text("#speak-meta")
+    assert re.search(
+        r"latency \d+\.\d\d s · RTF \d+\.\d+ · 1\.\d\d s of audio · (cpu|cuda\S*) · float32 · seed \d+", meta
+    ), meta
+    assert url.startswith(tone_app.url) and str(tone_app.outputs) in url
+
+
+def test_empty_text_shows_the_sentence(page: Any, tone_app: RunningApp) -> None:
+    open_studio(page, tone_app)
+    page.click("#speak-generate")
+    page.get_by_text("Please type some text to speak.").first.wait_for()
+
+
+def test_panel_gauges_change_within_two_seconds(page: Any, tone_app: RunningApp) -> None:
+    open_studio(page, tone_app)
+    gauges = page.wait_for_selector("#panel-gauges .vl-panel")
+    first = gauges.inner_text()
+    started = time.monotonic()
+    page.wait_for_function(
+        "(first) => document.querySelector('#panel-gauges .vl-panel').innerText !== first", arg=first, timeout=2500
+    )
+    assert time.monotonic() - started < 2.5
+
+
+def test_clean_cache_shows_before_and_after(page: Any, tone_app: RunningApp) -> None:
+    open_studio(page, tone_app)
+    page.click("#panel-clear-profiles input")
+    page.click("#panel-clean")
+    wait_for_text(page, "#panel-report", "Clean cache")
+    text = page.inner_text("#panel-report")
+    assert re.search(r"reserved: [\d.]+ [KMG]?i?B → [\d.]+ [KMG]?i?B", text), text
+    assert re.search(r"worker RSS: [\d.]+ [KMG]iB → [\d.]+ [KMG]iB", text), text
+    page.click("#panel-inspect")
+    page.wait_for_selector("#panel-segments img", state="visible")
+    wait_for_text(page, "#panel-report", "segments on")
+
+
+def test_soft_restart_shows_before_and_after_and_generation_continues(page: Any, tone_app: RunningApp) -> None:
+    open_studio(page, tone_app)
+    page.click("#panel-restart")
+    wait_for_text(page, "#panel-report", "Soft restart", timeout=120000)
+    text = page.inner_text("#panel-report")
+    match = re.search(r"worker (\d+) → (\d+), ready in [\d.]+ s", text)
+    assert match and match.group(1) != match.group(2), text
+    assert "worker RSS:" in text
+    page.wait_for_function(
+        "(pid) => document.querySelector('#panel-gauges').innerText.includes('worker pid ' + pid)",
+        arg=match.group(2),
+        timeout=3000,
+    )
+    assert page.evaluate(AUDIO_DURATION_JS, generate(page, "After the restart.")) > 0
+
+
+def test_history_lists_plays_and_deletes_a_generation(page: Any, tone_app: RunningApp) -> None:
+    open_studio(page, tone_app)
+    text = f"Remember me {time.time_ns()}."
+    generate(page, text)
+    page.get_by_role("tab", name="History").click()
+    wait_for_text(page, "#history-table", text)
+    player = page.wait_for_selector("#history-audio a.download-link[href]")
+    duration = page.evaluate(AUDIO_DURATION_JS, player.get_attribute("href"))
+    assert duration == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.02)
+    assert text in page.inner_text("#history-details")
+    page.click("#history-delete")
+    wait_for_text(page, "#history-table", text, present=False)
+
+
+def test_preset_fills_the_instruction_and_takes_play_side_by_side(page: Any, tone_app: RunningApp) -> None:
+    open_studio(page, tone_app)
+    page.get_by_role("tab", name="Design / Instruct").click()
+    page.click("#design-preset input")
+    page.get_by_role("option", name="News anchor", exact=True).click()
+    instruction = page.locator("#design-instruction textarea")
+    page.wait_for_function(
+        "() => document.querySelector('#design-instruction textarea').value.includes('calm and professional')"
+    )
+    assert instruction.input_value() == "calm and professional, at a normal pace, clear and steady"
+    assert page.locator("#design-text textarea").input_value().startswith("Good evening.")
+    wait_for_text(page, "#design-parsed", "Style:")
+    assert "emotion calm" in page.inner_text("#design-parsed")
+    page.click("#design-generate")
+    first = page.wait_for_selector("#design-take-1 a.download-link[href]", timeout=30000)
+    second = page.wait_for_selector("#design-take-2 a.download-link[href]", timeout=30000)
+    urls = [first.get_attribute("href"), second.get_attribute("href")]
+    assert urls[0] != urls[1]
+    assert all(page.evaluate(AUDIO_DURATION_JS, url) > 1.0 for url in urls)
+    assert page.inner_text("#design-meta").count("take ") == 2
+

@@ -1,0 +1,139 @@
+"""The VoiceLab studio: layout first, then all event wiring in one place.
+
+``build_ui`` needs a running ``EngineClient`` (the UI's only handle on the model) and, optionally, the
+telemetry sampler for the resource panel. It imports no torch and loads no model. Launch it with
+``voicelab.ui.serving.launch_options(settings)`` so only the outputs folder is served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from voicelab.history import History
+from voicelab.settings import Settings
+from voicelab.ui import handlers as actions
+from voicelab.ui.clone_tab import CloneView, clone_layout
+from voicelab.ui.design_tab import DesignView, design_layout
+from voicelab.ui.handlers import Engine, Studio
+from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
+from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
+from voicelab.ui.serving import configure_environment
+from voicelab.ui.speak_tab import SpeakView, speak_layout
+
+GENERATE_CONCURRENCY_HEADROOM = 1  # one more than the engine queue, so the engine (not Gradio) says "busy"
+
+
+@dataclass(frozen=True)
+class Views:
+    speak: SpeakView
+    clone: CloneView
+    design: DesignView
+    history_tab: gr.Tab
+    history: HistoryView
+    panel: PanelView
+
+
+@dataclass(frozen=True)
+class Handlers:
+    studio: Studio
+    history: HistoryBrowser
+    panel: ResourcePanel
+
+
+def build_ui(client: Engine, settings: Settings, telemetry: Any | None = None) -> gr.Blocks:
+    """The Gradio app for ``client``; ``telemetry`` is a ``TelemetrySampler`` (or ``None``: engine figures only)."""
+    paths = configure_environment(settings)
+    history = History(paths.history)
+    history.sweep()
+    handlers = Handlers(
+        Studio(client, history, settings, telemetry), HistoryBrowser(history), ResourcePanel(client, telemetry)
+    )
+    with gr.Blocks(title="VoiceLab", analytics_enabled=False, delete_cache=(3600, 24 * 3600)) as demo:
+        gr.Markdown("# VoiceLab\nVoice cloning and instruction-controlled speech that keeps running.")
+        with gr.Row():
+            with gr.Column(scale=3), gr.Tabs():
+                with gr.Tab("Speak", id="speak"):
+                    speak = speak_layout()
+                with gr.Tab("Clone", id="clone"):
+                    clone = clone_layout()
+                with gr.Tab("Design / Instruct", id="design"):
+                    design = design_layout()
+                with gr.Tab("History", id="history") as history_tab:
+                    history_view = history_layout()
+            with gr.Column(scale=2, min_width=320):
+                panel = panel_layout()
+        _wire(demo, Views(speak, clone, design, history_tab, history_view, panel), handlers, settings)
+    return demo
+
+
+def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings) -> None:
+    """Every event of the app. Named endpoints are the app's API; timers and chained refreshes stay private."""
+    generate_limit = settings.queue_size + GENERATE_CONCURRENCY_HEADROOM
+    speak, history, panel = views.speak, views.history, views.panel
+    shown = [history.audio, history.files, history.details]
+    quiet: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private"}
+
+    gr.on(
+        [speak.generate.click, speak.text.submit],
+        handlers.studio.speak,
+        inputs=speak.inputs,
+        outputs=[speak.audio, speak.meta],
+        concurrency_limit=generate_limit,
+        concurrency_id="generate",
+        api_name="speak",
+    ).success(handlers.history.refresh, outputs=history.listing, **quiet)
+
+    clone = views.clone
+    gr.on(
+        [clone.generate.click],
+        handlers.studio.clone,
+        inputs=clone.inputs,
+        outputs=[clone.audio, clone.meta, clone.figures],
+        concurrency_limit=generate_limit,
+        concurrency_id="generate",
+        api_name="clone",
+    ).success(handlers.history.refresh, outputs=history.listing, **quiet)
+
+    design = views.design
+    gr.on(
+        [design.generate.click],
+        handlers.studio.design,
+        inputs=design.inputs,
+        outputs=[*design.takes_audio, design.meta, design.parsed],
+        concurrency_limit=generate_limit,
+        concurrency_id="generate",
+        api_name="design",
+    ).success(handlers.history.refresh, outputs=history.listing, **quiet)
+    design.preset.input(
+        actions.apply_preset, inputs=design.preset, outputs=[design.instruction, design.text, *design.controls], **quiet
+    )
+    style_changes = [design.instruction.change, *(c.change for c in design.controls)]
+    gr.on(style_changes, actions.preview_style, inputs=design.style_inputs, outputs=design.parsed, **quiet)
+    design.takes.change(actions.show_takes, inputs=design.takes, outputs=list(design.takes_audio), **quiet)
+
+    refreshers = [history.refresh.click, views.history_tab.select, demo.load]
+    gr.on(refreshers, handlers.history.refresh, outputs=history.listing, api_name="history_list")
+    history.entry.input(handlers.history.show, inputs=history.entry, outputs=shown, api_name="history_show")
+    history.table.select(handlers.history.select_row, outputs=history.entry, **quiet).then(
+        handlers.history.show, inputs=history.entry, outputs=shown, **quiet
+    )
+    history.delete.click(
+        handlers.history.delete, inputs=history.entry, outputs=history.listing, api_name="history_delete"
+    )
+
+    ticks: dict[str, Any] = {"concurrency_limit": None, **quiet}
+    gr.on([panel.fast_timer.tick, demo.load], handlers.panel.gauges, outputs=panel.gauges, **ticks)
+    gr.on([panel.slow_timer.tick, demo.load], handlers.panel.timeline, outputs=panel.timeline, **ticks)
+    control: dict[str, Any] = {"concurrency_id": "control", "concurrency_limit": 1}
+    panel.clean.click(
+        handlers.panel.clean_cache, inputs=panel.clear_profiles, outputs=panel.report, api_name="clean_cache", **control
+    )
+    panel.restart.click(
+        handlers.panel.soft_restart, inputs=panel.force, outputs=panel.report, api_name="soft_restart", **control
+    )
+    panel.inspect.click(
+        handlers.panel.inspect_memory, outputs=[panel.segments, panel.report], api_name="inspect_memory", **control
+    )

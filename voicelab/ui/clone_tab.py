@@ -1,0 +1,53 @@
+"""Layout of the Clone tab: a voice prompt (upload or microphone), optional transcript, text, the result
+with its similarity and pitch figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from voicelab.ui.speak_tab import sampling_controls
+
+
+@dataclass(frozen=True)
+class CloneView:
+    prompt: gr.Audio
+    transcript: gr.Textbox
+    text: gr.Textbox
+    speed: gr.Slider
+    noise_scale: gr.Slider
+    noise_w: gr.Slider
+    silence: gr.Slider
+    seed: gr.Number
+    generate: gr.Button
+    audio: gr.Audio
+    meta: gr.Markdown
+    figures: gr.Markdown
+
+    @property
+    def inputs(self) -> list[gr.components.Component]:
+        controls = [self.speed, self.noise_scale, self.noise_w, self.silence, self.seed]
+        return [self.prompt, self.transcript, self.text, *controls]
+
+
+def clone_layout() -> CloneView:
+    with gr.Row():
+        prompt = gr.Audio(
+            label="Voice prompt: 3 to 30 s of one person speaking",
+            sources=["upload", "microphone"],
+            type="filepath",
+            elem_id="clone-prompt",
+        )
+        transcript = gr.Textbox(label="Transcript of the prompt (optional)", lines=4, elem_id="clone-transcript")
+    text = gr.Textbox(label="Text", lines=3, placeholder="Type what the cloned voice should say…", elem_id="clone-text")
+    speed, noise_scale, noise_w, silence, seed = sampling_controls("clone")
+    generate = gr.Button("Clone and speak", variant="primary", elem_id="clone-generate")
+    audio = gr.Audio(
+        label="Cloned speech", type="filepath", interactive=False, elem_id="clone-audio", buttons=["download"]
+    )
+    figures = gr.Markdown(elem_id="clone-figures")
+    meta = gr.Markdown(elem_id="clone-meta", elem_classes="vl-meta")
+    return CloneView(
+        prompt, transcript, text, speed, noise_scale, noise_w, silence, seed, generate, audio, meta, figures
+    )

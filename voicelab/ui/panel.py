@@ -1,0 +1,229 @@
+"""The resource panel beside every tab: live gauges, a memory timeline and the engine's repair buttons.
+
+Gauges come from the telemetry ring buffer (NVML, allocator, host), which the sampler fills in the
+background, plus ``EngineClient.status()``; neither blocks on the worker. Without telemetry the panel
+shows what the engine status alone knows. "Clean cache", "Soft restart" and "Inspect memory" run in the
+worker between jobs and are shown as before → after.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import gradio as gr
+from PIL import Image
+
+from voicelab.engine.client import EngineStatus
+from voicelab.engine.messages import AllocatorStats, CleanReport
+from voicelab.telemetry.pictures import format_bytes, format_percent, panel_summary, segment_map_figure, timeline_figure
+from voicelab.telemetry.ring import RingBuffer
+from voicelab.telemetry.samples import MemorySample
+from voicelab.ui.handlers import Engine, shows_errors
+
+TIMELINE_MINUTES = 10.0
+
+
+class TelemetrySource(Protocol):
+    """What the panel reads: ``TelemetrySampler`` (its ring buffer), optionally ``mark_job``."""
+
+    ring: RingBuffer
+
+
+@dataclass(frozen=True)
+class PanelView:
+    gauges: gr.HTML
+    timeline: gr.Image
+    clear_profiles: gr.Checkbox
+    clean: gr.Button
+    force: gr.Checkbox
+    restart: gr.Button
+    report: gr.Markdown
+    inspect: gr.Button
+    segments: gr.Image
+    fast_timer: gr.Timer
+    slow_timer: gr.Timer
+
+
+def panel_layout() -> PanelView:
+    gr.Markdown("### Resources")
+    gauges = gr.HTML(elem_id="panel-gauges", apply_default_css=False)
+    timeline = gr.Image(label="Memory timeline", format="png", interactive=False, height=230, elem_id="panel-timeline")
+    with gr.Row():
+        clear_profiles = gr.Checkbox(label="also clear speaker profiles", elem_id="panel-clear-profiles")
+        clean = gr.Button("Clean cache", size="sm", elem_id="panel-clean")
+    with gr.Row():
+        force = gr.Checkbox(label="force (requeue the job in flight)", elem_id="panel-force")
+        restart = gr.Button("Soft restart", size="sm", variant="stop", elem_id="panel-restart")
+    report = gr.Markdown(elem_id="panel-report")
+    inspect = gr.Button("Inspect memory", size="sm", elem_id="panel-inspect")
+    segments = gr.Image(
+        label="Allocator segments", format="png", interactive=False, visible=False, elem_id="panel-segments"
+    )
+    return PanelView(
+        gauges, timeline, clear_profiles, clean, force, restart, report, inspect, segments, gr.Timer(1.0), gr.Timer(5.0)
+    )
+
+
+def _gauge(label: str, text: str, fraction: float | None) -> str:
+    bar = ""
+    if fraction is not None:
+        width = f"{min(max(fraction, 0.0), 1.0) * 100:.1f}%"
+        bar = f'<div class="vl-gauge-bar"><div class="vl-gauge-fill" style="width:{width}"></div></div>'
+    return (
+        f'<div class="vl-gauge" data-gauge="{html.escape(label)}"><div class="vl-gauge-label">'
+        f"<span>{html.escape(label)}</span><span>{html.escape(text)}</span></div>{bar}</div>"
+    )
+
+
+def _share(part: float | None, whole: float | None) -> float | None:
+    return None if part is None or not whole else part / whole
+
+
+def _bars(sample: MemorySample | None, stats: AllocatorStats | None) -> list[str]:
+    """The few figures worth a bar: device memory, PyTorch reserve, fragmentation, RAM, CPU."""
+    bars: list[str] = []
+    nvml = sample.nvml if sample else None
+    total = nvml.total if nvml else None
+    if nvml is not None:
+        bars.append(
+            _gauge("device memory", f"{format_bytes(nvml.used)} / {format_bytes(nvml.total)}", nvml.used / nvml.total)
+        )
+    if stats is not None:
+        reserved = f"{format_bytes(stats.allocated)} allocated / {format_bytes(stats.reserved)} reserved"
+        bars.append(
+            _gauge(
+                "PyTorch", reserved, _share(stats.reserved, total) if total else _share(stats.allocated, stats.reserved)
+            )
+        )
+        bars.append(_gauge("fragmentation", format_percent(stats.fragmentation, 1), stats.fragmentation))
+    if sample is not None:
+        host = sample.host
+        bars.append(
+            _gauge(
+                "system RAM",
+                f"{format_bytes(host.ram_used)} / {format_bytes(host.ram_total)}",
+                host.ram_used / host.ram_total,
+            )
+        )
+        bars.append(_gauge("CPU", f"{host.cpu_pct:.0f} %", host.cpu_pct / 100))
+    return bars
+
+
+def _engine_line(status: EngineStatus) -> str:
+    worker = status.worker
+    state = "ready" if status.ready else ("failed to load" if status.load_error else "starting")
+    where = f"{worker.backend} on {worker.device} ({worker.dtype})" if worker else "no worker yet"
+    return (
+        f"engine {state} · {where} · worker pid {status.worker_pid or '—'} · queue {status.queue_length} · "
+        f"{status.completed} done, {status.failed} failed · restarts {status.restarts}"
+    )
+
+
+class ResourcePanel:
+    """Handlers of the panel; cheap reads on every tick, worker round-trips only on button presses."""
+
+    def __init__(self, engine: Engine, telemetry: TelemetrySource | None) -> None:
+        self.engine = engine
+        self.telemetry = telemetry
+        self._timeline_lock = threading.Lock()
+        self._timeline: tuple[float, Image.Image] | None = None
+
+    def _latest(self) -> MemorySample | None:
+        return self.telemetry.ring.latest() if self.telemetry is not None else None
+
+    def gauges(self) -> str:
+        """The gauges' HTML, refreshed every second."""
+        status = self.engine.status()
+        sample = self._latest()
+        stats = sample.allocator if sample and sample.allocator else status.last_stats
+        rows = panel_summary(sample) if sample is not None else _summary_from(stats)
+        figures = "".join(f"<span>{html.escape(k)}</span><b>{html.escape(v)}</b>" for k, v in rows.items())
+        notes = [status.load_error, status.leak_warning]
+        warning = "".join(f'<p class="vl-warning">⚠ {html.escape(n)}</p>' for n in notes if n)
+        updated = time.strftime("%H:%M:%S")
+        return (
+            f'<div class="vl-panel" data-updated="{updated}">{"".join(_bars(sample, stats))}{warning}'
+            f'<p class="vl-muted">{html.escape(_engine_line(status))}</p>'
+            f'<div class="vl-summary">{figures}</div><p class="vl-muted">updated {updated}</p></div>'
+        )
+
+    def timeline(self) -> Image.Image | None:
+        """The memory timeline; drawn once per new sample however many browser tabs ask for it."""
+        latest = self._latest()
+        if self.telemetry is None or latest is None:
+            return None
+        with self._timeline_lock:
+            if self._timeline is None or self._timeline[0] != latest.timestamp:
+                ring, seconds = self.telemetry.ring, TIMELINE_MINUTES * 60
+                picture = timeline_figure(ring.since(seconds), ring.markers_since(seconds), minutes=TIMELINE_MINUTES)
+                self._timeline = (latest.timestamp, picture)
+            return self._timeline[1]
+
+    @shows_errors
+    def clean_cache(self, clear_profiles: bool) -> str:
+        report = self.engine.clean_cache(bool(clear_profiles))
+        return clean_report_text(report)
+
+    @shows_errors
+    def soft_restart(self, force: bool) -> str:
+        report = self.engine.soft_restart(force=bool(force))
+        lines = [
+            f"**Soft restart** ({'forced' if report.forced else 'after the job in flight'}): "
+            f"worker {report.old_pid or '—'} → {report.new_pid}, ready in {report.time_to_ready_s:.1f} s",
+            *_compare(report.before, report.after),
+        ]
+        if report.requeued_job:
+            lines.append(f"- job {report.requeued_job} was requeued and will run on the new worker")
+        return "\n".join(lines)
+
+    @shows_errors
+    def inspect_memory(self) -> tuple[dict[str, Any], str]:
+        """The segment map (shown from the first press on) and a one-line summary."""
+        snapshot = self.engine.memory_snapshot()
+        reserved = sum(s.total_size for s in snapshot.segments)
+        text = (
+            f"**{len(snapshot.segments)} segments** on {snapshot.device}, {format_bytes(reserved)} reserved, "
+            f"largest free block {format_bytes(snapshot.largest_free_block)}"
+        )
+        return gr.update(value=segment_map_figure(snapshot), visible=True), text
+
+
+def _summary_from(stats: AllocatorStats | None) -> dict[str, str]:
+    if stats is None:
+        return {"allocator": "waiting for the worker"}
+    return {
+        "allocator": stats.device,
+        "allocated": format_bytes(stats.allocated),
+        "reserved": format_bytes(stats.reserved),
+        "fragmentation": format_percent(stats.fragmentation, 1),
+        "worker RSS": format_bytes(stats.worker_rss),
+    }
+
+
+def _compare(before: AllocatorStats | None, after: AllocatorStats | None) -> list[str]:
+    """Before → after lines of the figures a clean or restart changes ("—" where a side is unknown)."""
+    figures = [
+        ("reserved", lambda s: format_bytes(s.reserved)),
+        ("allocated", lambda s: format_bytes(s.allocated)),
+        ("cached free", lambda s: format_bytes(s.cached_free)),
+        ("fragmentation", lambda s: format_percent(s.fragmentation, 1)),
+        ("worker RSS", lambda s: format_bytes(s.worker_rss)),
+    ]
+    return [
+        f"- {name}: {'—' if before is None else show(before)} → {'—' if after is None else show(after)}"
+        for name, show in figures
+    ]
+
+
+def clean_report_text(report: CleanReport) -> str:
+    cleared = ", ".join(report.cleared) or "nothing"
+    return "\n".join(
+        [
+            f"**Clean cache** in {report.duration_s * 1000:.0f} ms (cleared: {cleared})",
+            *_compare(report.before, report.after),
+        ]
+    )

@@ -1,0 +1,99 @@
+"""Safe serving: Gradio may read and write only inside the outputs folder, offline, with an upload limit.
+
+Gradio serves three kinds of files: paths in ``allowed_paths``, its upload/cache folder (``GRADIO_TEMP_DIR``)
+and its examples cache (``GRADIO_EXAMPLES_CACHE``, relative to the working directory by default). All three
+are pointed inside the outputs folder here, so ``/gradio_api/file=...`` can reach nothing else. The
+environment must be set before any component is built (components read ``GRADIO_TEMP_DIR`` when created),
+which is why ``build_ui`` calls :func:`configure_environment` first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from voicelab.errors import InvalidSettingError
+from voicelab.settings import Settings
+
+log = logging.getLogger(__name__)
+
+HISTORY_DIRNAME = "history"
+GRADIO_DIRNAME = ".gradio"
+CACHE_CLEANUP = (3600, 24 * 3600)  # Gradio deletes its cached files older than a day, checking hourly
+CSS = """
+.vl-meta { font-family: ui-monospace, monospace; font-size: 0.9em; }
+.vl-panel .vl-gauge { margin: 0.2em 0 0.5em; }
+.vl-gauge-bar { height: 0.55em; background: var(--neutral-200); border-radius: 3px; overflow: hidden; }
+.vl-gauge-fill { height: 100%; background: var(--color-accent); }
+.vl-gauge-label { display: flex; justify-content: space-between; font-size: 0.85em; }
+.vl-muted { color: var(--body-text-color-subdued); font-size: 0.85em; margin: 0.3em 0; }
+.vl-warning { color: var(--color-red-500, #c00); font-size: 0.9em; margin: 0.3em 0; }
+.vl-summary { display: grid; grid-template-columns: auto 1fr auto 1fr; gap: 1px 8px; font-size: 0.82em; }
+.vl-summary span { color: var(--body-text-color-subdued); white-space: nowrap; }
+.vl-summary b { font-weight: 500; overflow-wrap: anywhere; }
+"""
+
+
+@dataclass(frozen=True)
+class ServingPaths:
+    """The folders the app may touch; everything Gradio serves lies under ``outputs``."""
+
+    outputs: Path
+    history: Path
+    gradio_temp: Path
+    examples_cache: Path
+
+
+def serving_paths(settings: Settings) -> ServingPaths:
+    outputs = settings.outputs_path
+    gradio = outputs / GRADIO_DIRNAME
+    return ServingPaths(outputs, outputs / HISTORY_DIRNAME, gradio / "uploads", gradio / "examples")
+
+
+def configure_environment(settings: Settings) -> ServingPaths:
+    """Point Gradio's folders inside outputs and switch analytics off; call before building components."""
+    paths = serving_paths(settings)
+    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+    os.environ["GRADIO_TEMP_DIR"] = str(paths.gradio_temp)
+    os.environ["GRADIO_EXAMPLES_CACHE"] = str(paths.examples_cache)
+    os.environ.pop("GRADIO_ALLOWED_PATHS", None)  # only launch_options decides what is served
+    try:
+        paths.gradio_temp.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("cannot create Gradio's upload folder %s: %s", paths.gradio_temp, exc)
+    return paths
+
+
+def parse_auth(auth: str) -> tuple[str, str] | None:
+    """``"user:password"`` → ``("user", "password")``; empty → no login."""
+    if not auth:
+        return None
+    user, sep, password = auth.partition(":")
+    if not sep or not user or not password:
+        raise InvalidSettingError("The auth setting must look like user:password.")
+    return user, password
+
+
+def launch_options(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for ``Blocks.launch``: local, offline, confined to outputs, bounded uploads."""
+    paths = serving_paths(settings)
+    return {
+        "server_name": settings.host,
+        "server_port": settings.port,
+        "share": False,
+        "auth": parse_auth(settings.auth),
+        "allowed_paths": [str(paths.history)],
+        "blocked_paths": [],
+        "max_file_size": settings.max_upload_mb * 1024 * 1024,
+        "run_history": False,  # it can connect a remote bucket; VoiceLab keeps its own history
+        "mcp_server": False,
+        "enable_monitoring": False,
+        "pwa": False,
+        "ssr_mode": False,
+        "footer_links": ["api"],
+        "show_error": True,
+        "css": CSS,
+    }

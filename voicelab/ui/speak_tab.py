@@ -1,0 +1,58 @@
+"""Layout of the Speak tab: text, advanced sampling controls, Generate, the audio and one line of figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+EXAMPLES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "VoiceLab keeps running: the hundredth generation is as fast as the first.",
+    "Please mind the gap between the train and the platform. Thank you for travelling with us.",
+    "Is it raining outside? I left my umbrella at home!",
+]
+
+
+@dataclass(frozen=True)
+class SpeakView:
+    text: gr.Textbox
+    speed: gr.Slider
+    noise_scale: gr.Slider
+    noise_w: gr.Slider
+    silence: gr.Slider
+    seed: gr.Number
+    generate: gr.Button
+    audio: gr.Audio
+    meta: gr.Markdown
+
+    @property
+    def inputs(self) -> list[gr.components.Component]:
+        return [self.text, self.speed, self.noise_scale, self.noise_w, self.silence, self.seed]
+
+
+def sampling_controls(prefix: str) -> tuple[gr.Slider, gr.Slider, gr.Slider, gr.Slider, gr.Number]:
+    """The VITS controls, shared by the Speak and Clone tabs (``prefix`` keeps element ids unique)."""
+    with gr.Accordion("Advanced", open=False):
+        with gr.Row():
+            speed = gr.Slider(0.5, 2.0, value=1.0, step=0.05, label="Speed", info="length scale = 1 / speed")
+            silence = gr.Slider(0.0, 2.0, value=0.2, step=0.05, label="Silence between sentences (s)")
+        with gr.Row():
+            noise_scale = gr.Slider(0.0, 1.5, value=0.667, step=0.01, label="Noise scale", info="voice variation")
+            noise_w = gr.Slider(0.0, 1.5, value=0.8, step=0.01, label="Noise w", info="rhythm variation")
+        seed = gr.Number(
+            value=-1, precision=0, label="Seed", info="-1: a new random seed each time", elem_id=f"{prefix}-seed"
+        )
+    return speed, noise_scale, noise_w, silence, seed
+
+
+def speak_layout() -> SpeakView:
+    text = gr.Textbox(
+        label="Text", lines=4, max_lines=12, placeholder="Type what the voice should say…", elem_id="speak-text"
+    )
+    speed, noise_scale, noise_w, silence, seed = sampling_controls("speak")
+    generate = gr.Button("Generate", variant="primary", elem_id="speak-generate")
+    audio = gr.Audio(label="Speech", type="filepath", interactive=False, elem_id="speak-audio", buttons=["download"])
+    meta = gr.Markdown(elem_id="speak-meta", elem_classes="vl-meta")
+    gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[text], label="Examples", cache_examples=False)
+    return SpeakView(text, speed, noise_scale, noise_w, silence, seed, generate, audio, meta)
