@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -29,6 +30,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from voicelab.bench.studio import AppProcess, Memory, PanelPoll, PanelPoller, memory_of, wait_engine_ready
 
@@ -360,6 +363,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     print(f"load: {args.clients} clients for {args.duration:g} s against {args.url or f'app.py ({args.backend})'}")
-    report = run_load(args)
+    try:
+        report = run_load(args)
+    except (httpx.HTTPError, RuntimeError) as exc:
+        print(f"error: the load run could not start: {exc}", file=sys.stderr)
+        return 2
     print_report(report, args.window)
     return 0 if report.passed else 1
