@@ -64,6 +64,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per sentence and runtime")
     parser.add_argument("--voice", default=None, help="a Piper .onnx voice (default: en_US-joe-medium)")
     parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="time PyTorch alone (e.g. on a GPU box given converted .pt weights, where no .onnx is at hand)",
+    )
+    parser.add_argument(
         "--ort-spinning",
         choices=("on", "off"),
         default="on",
@@ -94,7 +99,11 @@ def timed(fn: Callable[[], object], sync: Callable[[], None]) -> float:
 
 
 def measure(
-    backend: PiperBackend, session: ort.InferenceSession, ids: list[int], repeats: int, sync: Callable[[], None]
+    backend: PiperBackend,
+    session: ort.InferenceSession | None,
+    ids: list[int],
+    repeats: int,
+    sync: Callable[[], None],
 ) -> tuple[float, float, float]:
     """(audio seconds, torch median s, onnxruntime median s) for one sentence, runs interleaved."""
     config = backend.config
@@ -107,17 +116,19 @@ def measure(
     if config.num_speakers > 1:
         feed["sid"] = np.array([config.default_speaker_id], dtype=np.int64)
     audio = backend.synthesize([ids], controls, None)[0]  # warm-up, both runtimes
-    session.run(None, feed)
     torch_times: list[float] = []
     ort_times: list[float] = []
+    runs: list[tuple[list[float], Callable[[], object]]] = [
+        (torch_times, lambda: backend.synthesize([ids], controls, None))
+    ]
+    if session is not None:
+        session.run(None, feed)
+        runs.append((ort_times, lambda: session.run(None, feed)))
     for r in range(repeats):
-        runs = [
-            (torch_times, lambda: backend.synthesize([ids], controls, None)),
-            (ort_times, lambda: session.run(None, feed)),
-        ]
         for times, fn in runs if r % 2 == 0 else runs[::-1]:
             times.append(timed(fn, sync))
-    return len(audio) / backend.sample_rate, statistics.median(torch_times), statistics.median(ort_times)
+    ort_median = statistics.median(ort_times) if ort_times else float("nan")
+    return len(audio) / backend.sample_rate, statistics.median(torch_times), ort_median
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     backend = PiperBackend(args.voice)
     backend.load(args.device, args.dtype)
-    session = make_session(str(backend.model_path), args.threads, args.device, args.ort_spinning == "on")
+    session = (
+        None
+        if args.no_reference
+        else make_session(str(backend.model_path), args.threads, args.device, args.ort_spinning == "on")
+    )
     cuda = backend.device.startswith("cuda")
 
     def sync() -> None:
@@ -133,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
 
     print(f"voice {backend.voice_name}; torch {torch.__version__} on {backend.device} ({backend.dtype}), ", end="")
-    print(f"onnxruntime {ort.__version__} on {session.get_providers()[0]} (spinning {args.ort_spinning}); ", end="")
+    if session is not None:
+        print(f"onnxruntime {ort.__version__} on {session.get_providers()[0]} (spinning {args.ort_spinning}); ", end="")
     print(f"{args.threads} threads; {args.repeats} repeats")
     if os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE" or _torch_loaded_early:
         print("note: torch was loaded before OMP_WAIT_POLICY=PASSIVE could apply; CPU figures may suffer under load")
@@ -147,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     long = rows[-1]
     print(f"RTF for a {long.audio_s:.1f} s utterance: torch {long.torch_s / long.audio_s:.4f}, ", end="")
     print(f"onnxruntime {long.ort_s / long.audio_s:.4f}")
+    if session is None:
+        print("torch/onnxruntime time ratio: not measured (--no-reference)")
+        return 0
     ratio = sum(r.torch_s for r in rows) / sum(r.ort_s for r in rows)
     print(f"torch/onnxruntime time ratio: {ratio:.3f}")
     return 0
