@@ -31,7 +31,7 @@ from voicelab.engine.messages import (
 )
 from voicelab.engine.pipeline import check_control, clean_text, synthesize_text
 from voicelab.engine.voicing import VoiceStage
-from voicelab.errors import BackendLoadError
+from voicelab.errors import BackendLoadError, InvalidSettingError
 from voicelab.instruct.render import style_adjust
 from voicelab.settings import Settings
 
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 WARMUP_TEXT = "Warming up."
 CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog, then rests a while in the warm afternoon sun."
 DTYPES = ("float32", "bfloat16", "float16")
+SEED_RANGE = (-(2**63), 2**64)  # what torch.Generator.manual_seed accepts
 
 
 def resolve_device(requested: str) -> str:
@@ -103,6 +104,8 @@ class EngineCore:
         text = clean_text(request.text, self.settings.max_text_chars)
         for name in ("length_scale", "noise_scale", "noise_w", "sentence_silence_s"):
             check_control(name, getattr(request, name))
+        if request.seed is not None and not SEED_RANGE[0] <= request.seed < SEED_RANGE[1]:
+            raise InvalidSettingError("The seed must be a whole number between -2^63 and 2^64 - 1.")
         seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
         adjust = style_adjust(request.style)
         base_scale = request.length_scale if request.length_scale is not None else self.backend.defaults.length_scale

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from voicelab.engine.messages import PromptAudio
+from voicelab.errors import InvalidPromptError
 from voicelab.instruct.render import StyleAdjust
 from voicelab.voice.cache import ProfileCache, ProfileCacheStats
 from voicelab.voice.dsp import VoiceTransform, apply_transform
@@ -45,6 +46,18 @@ def style_transform(adjust: StyleAdjust) -> VoiceTransform:
     )
 
 
+MIN_PROMPT_S = 1.0
+
+
+def check_prompt(prompt: PromptAudio) -> None:
+    """The engine's own guard for prompts that did not come through intake (API callers)."""
+    samples = np.asarray(prompt.samples)
+    if samples.ndim != 1 or prompt.sample_rate <= 0 or len(samples) < MIN_PROMPT_S * prompt.sample_rate:
+        raise InvalidPromptError("The voice prompt is too short; please use at least 1 s of speech.")
+    if not np.isfinite(samples).all() or float(np.max(np.abs(samples))) < 1e-4:
+        raise InvalidPromptError("The voice prompt is silent or damaged; please record someone speaking.")
+
+
 class VoiceStage:
     def __init__(self, device: str, cache_capacity: int) -> None:
         self.device = device
@@ -61,7 +74,14 @@ class VoiceStage:
         """The cached profile for this prompt, built and matched (once) on a miss."""
         profile = self.cache.get(prompt.sha256)
         if profile is None:
-            profile = build_profile(prompt, self.matcher.encoder, self.device)
+            check_prompt(prompt)
+            try:
+                profile = build_profile(prompt, self.matcher.encoder, self.device)
+            except (ValueError, RuntimeError) as exc:  # Praat and numpy refuse degenerate audio this way
+                log.info("prompt %s could not be analysed: %s", prompt.sha256[:12], exc)
+                raise InvalidPromptError(
+                    "The voice prompt could not be analysed; please use a clear recording of one person speaking."
+                ) from exc
         if profile.match is None:
             profile = profile.with_match(self.matcher.match(profile, calibrate))
         self.cache.put(profile)

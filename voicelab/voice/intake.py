@@ -44,6 +44,8 @@ def load_prompt(
 ) -> PromptAudio:
     """Validate and normalise a voice prompt; raises ``InvalidPromptError`` with a user-readable sentence."""
     audio, rate = _decode(_open(source, max_bytes))
+    if len(audio) == 0:
+        raise InvalidPromptError("The voice prompt contains no audio; please record or upload someone speaking.")
     audio16 = _highpass(resample(audio, rate, PROCESS_RATE))
     levels = frame_levels_db(audio16, PROCESS_RATE)
     active = active_frames(levels)
