@@ -1,0 +1,172 @@
+"""A missing or corrupt voice file: a clear BackendLoadError sentence, the process stays up, and it recovers.
+
+Through the engine (the error crosses the process boundary from the worker) and through the whole app: the
+page says what is wrong, Generate says it too, and once the file is put right the next Generate works
+without restarting anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+from tests.test_fuzz_inputs import assert_clear_sentence
+from voicelab.backends.piper.backend import default_voice_paths
+from voicelab.bench.load import audio_path
+from voicelab.bench.studio import AppProcess, panel_html
+from voicelab.engine.client import EngineClient
+from voicelab.engine.messages import SynthesisRequest
+from voicelab.errors import BackendLoadError
+from voicelab.settings import Settings
+
+SPEAK = (1.0, 0.667, 0.8, 0.2, 7)  # speed, noise scale, noise w, silence, seed
+
+
+@pytest.fixture
+def voice_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "voices"
+    folder.mkdir()
+    return folder
+
+
+def install(target: Path, model: bytes | None) -> None:
+    """Put a voice at ``target``: the real config, and the real model (``None``) or the given bytes."""
+    real_model, real_config = default_voice_paths()
+    Path(f"{target}.json").write_bytes(real_config.read_bytes())
+    if target.exists() or target.is_symlink():
+        target.unlink()
+    if model is None:
+        target.symlink_to(real_model)
+    else:
+        target.write_bytes(model)
+
+
+def truncated_model() -> bytes:
+    with default_voice_paths()[0].open("rb") as handle:
+        return handle.read(1 << 20)
+
+
+def _engine(voice: Path) -> EngineClient:
+    return EngineClient(Settings(device="cpu", torch_threads=1, voice_path=str(voice), job_timeout_s=120.0))
+
+
+def _load_error(engine: EngineClient) -> BackendLoadError:
+    with pytest.raises(BackendLoadError) as caught:
+        engine.wait_ready(timeout=120)
+    return caught.value
+
+
+def test_missing_voice_is_a_clear_sentence_and_recovers_once_installed(voice_dir: Path) -> None:
+    voice = voice_dir / "en_US-joe-medium.onnx"
+    with _engine(voice) as engine:
+        error = _load_error(engine)
+        assert_clear_sentence(error)
+        assert "does not exist" in str(error) and voice.name in str(error)
+        status = engine.status()
+        assert not status.ready and status.load_error == str(error) and status.worker_pid == 0
+        with pytest.raises(BackendLoadError, match="does not exist"):
+            engine.synthesize(SynthesisRequest("Hello?"), timeout=120)
+        install(voice, None)
+        result = engine.synthesize(SynthesisRequest("The voice is back.", seed=1), timeout=180)
+        assert result.duration_s > 0.5 and float(np.max(np.abs(result.audio))) > 0.05
+        assert engine.status().ready and engine.status().load_error is None
+
+
+@pytest.mark.parametrize(
+    ("name", "model", "words"),
+    [
+        ("truncated", truncated_model, "corrupt"),
+        ("empty", lambda: b"", "empty"),
+        ("random-bytes", lambda: os.urandom(4096), "corrupt"),
+    ],
+)
+def test_corrupt_voice_is_reported_and_the_engine_stays_up(
+    voice_dir: Path, name: str, model: object, words: str
+) -> None:
+    voice = voice_dir / f"{name}.onnx"
+    install(voice, model())  # type: ignore[operator]
+    with _engine(voice) as engine:
+        error = _load_error(engine)
+        assert isinstance(error, BackendLoadError) and words in str(error)
+        assert str(error).endswith(".") and "Traceback" not in str(error) and "\n" not in str(error)
+        assert engine.status().load_error == str(error)
+        with pytest.raises(BackendLoadError):
+            engine.synthesize(SynthesisRequest("Hello?"), timeout=120)
+        assert engine.status().load_error == str(error), "the engine answers and keeps saying why"
+
+
+# weights.py puts the whole path and protobuf's own error into the sentence ("... it may be corrupt (Error parsing
+# message with type 'onnx.ModelProto': Wire format was corrupt)."), so with an ordinary folder it passes 200
+# characters. Fix in backends/piper/weights.py: name the file only and drop the parser's text from the sentence
+# (log it instead), e.g. "The voice model en_US-joe-medium.onnx is not a readable ONNX file; it may be corrupt."
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="corrupt-voice sentence is over 200 characters")
+def test_corrupt_voice_sentence_is_short(voice_dir: Path) -> None:
+    voice = voice_dir / "en_US-joe-medium.onnx"
+    install(voice, truncated_model())
+    with _engine(voice) as engine:
+        assert_clear_sentence(_load_error(engine))
+
+
+def test_broken_config_is_a_sentence_not_a_traceback(voice_dir: Path) -> None:
+    voice = voice_dir / "v.onnx"
+    install(voice, b"")
+    Path(f"{voice}.json").write_text("{not json", encoding="utf-8")
+    with _engine(voice) as engine:
+        error = _load_error(engine)
+        assert "could not be read as JSON" in str(error) and str(error).endswith(".")
+
+
+# ---------------------------------------------------------------- the whole app
+
+
+@pytest.fixture
+def broken_app(voice_dir: Path, tmp_path: Path) -> Iterator[tuple[AppProcess, Path, Path]]:
+    """The app started with a voice path where nothing is installed yet."""
+    voice, outputs = voice_dir / "en_US-joe-medium.onnx", tmp_path / "outputs"
+    flags = ["--outputs-dir", str(outputs), "--voice-path", str(voice), "--device", "cpu", "--torch-threads", "1"]
+    app = AppProcess([*flags, "--job-timeout-s", "120"])
+    try:
+        yield app, voice, outputs
+    finally:
+        app.stop()
+
+
+def _speak(url: str) -> tuple[object, str]:
+    client = Client(url, verbose=False, download_files=False)
+    try:
+        return tuple(client.predict("Is anybody there?", *SPEAK, api_name="/speak"))  # type: ignore[return-value]
+    finally:
+        client.close()
+
+
+def test_app_starts_without_its_voice_says_why_and_recovers(broken_app: tuple[AppProcess, Path, Path]) -> None:
+    app, voice, outputs = broken_app
+    page = panel_html(app.url)
+    assert "engine failed to load" in page
+    assert "⚠ The voice config" in page and "does not exist." in page
+    with pytest.raises(AppError) as missing:
+        _speak(app.url)
+    assert "does not exist." in missing.value.message and "Traceback" not in missing.value.message
+
+    install(voice, truncated_model())
+    with pytest.raises(AppError) as corrupt:
+        _speak(app.url)
+    assert "corrupt" in corrupt.value.message
+    assert "corrupt" in panel_html(app.url)
+
+    install(voice, None)
+    audio, meta = _speak(app.url)
+    assert "seed 7" in meta and "s of audio" in meta
+    assert str(audio_path(audio)).endswith(".wav")
+    page = panel_html(app.url)
+    assert "engine ready" in page and "⚠" not in page
+    assert app.process.poll() is None
+    sidecars = list((outputs / "history").glob("*.json"))
+    assert [json.loads(p.read_text())["settings"]["seed"] for p in sidecars] == [7]
