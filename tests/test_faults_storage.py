@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from gradio_client import Client
+from gradio_client.exceptions import AppError
 
 from tests.fixture_backends import SECONDS_PER_CHAR
 from voicelab.bench.load import audio_path
@@ -73,6 +76,12 @@ def app_without_outputs(tmp_path: Path) -> Iterator[AppProcess]:
         app.stop()
 
 
+# The handler returns the unsaved audio as (rate, samples), but Gradio then has to write it to its own temp
+# folder, which serving.configure_environment put inside the same unusable outputs folder, so the user gets
+# Gradio's "Could not postprocess output component ... [Errno 20] Not a directory: ..." instead of audio.
+# Fix in voicelab/ui/serving.py: when the outputs folder cannot be created or written, point GRADIO_TEMP_DIR at
+# a private temporary folder (and say on the page that generations are not being saved).
+@pytest.mark.xfail(strict=True, raises=AppError, reason="Gradio's temp folder lives in the unusable outputs folder")
 def test_app_with_an_unwritable_outputs_folder_still_speaks(app_without_outputs: AppProcess) -> None:
     app = app_without_outputs
     assert "engine" in panel_html(app.url)
@@ -84,3 +93,41 @@ def test_app_with_an_unwritable_outputs_folder_still_speaks(app_without_outputs:
     assert audio_path(audio).endswith(".wav")
     assert "could not be saved to the history folder" in meta and "Not a directory" in meta
     assert app.process.poll() is None
+
+
+def _limit_file_size() -> None:
+    """In the app's process: writes past 8 KiB fail with EFBIG, as on a full disk (instead of a SIGXFSZ kill)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+
+@pytest.fixture
+def app_on_full_disk(tmp_path: Path) -> Iterator[AppProcess]:
+    app = AppProcess(
+        ["--outputs-dir", str(tmp_path / "outputs"), "--backend", TONE, "--device", "cpu"], preexec=_limit_file_size
+    )
+    try:
+        yield app
+    finally:
+        app.stop()
+
+
+# On a full disk Gradio cannot write the returned audio either, so the best the app can do is one clear
+# sentence; today the user gets Gradio's postprocess error with "[Errno 27] File too large" and a path.
+# Fix in voicelab/ui/handlers.py (Studio.generate): when saving failed, write the WAV for Gradio itself and turn
+# an OSError into a StorageError such as "The disk is full: the audio could not be saved or played."
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a full disk reaches the user as Gradio's raw error")
+def test_app_on_a_full_disk_answers_with_audio_or_one_sentence(app_on_full_disk: AppProcess) -> None:
+    client = Client(app_on_full_disk.url, verbose=False, download_files=False)
+    try:
+        audio, meta = client.predict(
+            "A rather longer sentence that will not fit on this disk.", *SPEAK, api_name="/speak"
+        )
+    except AppError as exc:
+        message = exc.message
+        assert len(message) < 200 and "Errno" not in message and message.endswith("."), message
+    else:
+        assert audio_path(audio).endswith(".wav") and "could not be saved" in meta
+    finally:
+        client.close()
+    assert app_on_full_disk.process.poll() is None

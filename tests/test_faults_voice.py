@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,6 +139,15 @@ def broken_app(voice_dir: Path, tmp_path: Path) -> Iterator[tuple[AppProcess, Pa
         app.stop()
 
 
+def settled_panel(url: str, timeout: float = 120.0) -> str:
+    """The panel once the engine has either loaded or failed to (app.py serves the page while it starts)."""
+    deadline = time.monotonic() + timeout
+    while "engine starting" in (page := panel_html(url)):
+        assert time.monotonic() < deadline, "the engine never finished starting"
+        time.sleep(0.5)
+    return page
+
+
 def _speak(url: str) -> tuple[object, str]:
     client = Client(url, verbose=False, download_files=False)
     try:
@@ -148,7 +158,7 @@ def _speak(url: str) -> tuple[object, str]:
 
 def test_app_starts_without_its_voice_says_why_and_recovers(broken_app: tuple[AppProcess, Path, Path]) -> None:
     app, voice, outputs = broken_app
-    page = panel_html(app.url)
+    page = settled_panel(app.url)
     assert "engine failed to load" in page
     assert "⚠ The voice config" in page and "does not exist." in page
     with pytest.raises(AppError) as missing:

