@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from gradio_client.exceptions import AppError
 
 from tests.test_fuzz_inputs import assert_clear_sentence
 from voicelab.backends.piper.backend import default_voice_paths
+from voicelab.backends.registry import create_backend
 from voicelab.bench.load import audio_path
 from voicelab.bench.studio import AppProcess, panel_html
 from voicelab.engine.client import EngineClient
@@ -80,27 +82,62 @@ def test_missing_voice_is_a_clear_sentence_and_recovers_once_installed(voice_dir
         assert engine.status().ready and engine.status().load_error is None
 
 
-@pytest.mark.parametrize(
-    ("name", "model", "words"),
-    [
-        ("truncated", truncated_model, "corrupt"),
-        ("empty", lambda: b"", "empty"),
-        ("random-bytes", lambda: os.urandom(4096), "corrupt"),
-    ],
-)
-def test_corrupt_voice_is_reported_and_the_engine_stays_up(
-    voice_dir: Path, name: str, model: object, words: str
-) -> None:
-    voice = voice_dir / f"{name}.onnx"
-    install(voice, model())  # type: ignore[operator]
+def test_corrupt_voice_is_reported_and_the_engine_stays_up(voice_dir: Path) -> None:
+    voice = voice_dir / "truncated.onnx"
+    install(voice, truncated_model())
     with _engine(voice) as engine:
         error = _load_error(engine)
-        assert isinstance(error, BackendLoadError) and words in str(error)
-        assert str(error).endswith(".") and "Traceback" not in str(error) and "\n" not in str(error)
+        assert "corrupt" in str(error) and str(error).endswith(".")
+        assert "Traceback" not in str(error) and "\n" not in str(error)
         assert engine.status().load_error == str(error)
-        with pytest.raises(BackendLoadError):
+        with pytest.raises(BackendLoadError, match="corrupt"):
             engine.synthesize(SynthesisRequest("Hello?"), timeout=120)
         assert engine.status().load_error == str(error), "the engine answers and keeps saying why"
+
+
+def _config_with(change: Callable[[dict[str, Any]], Any]) -> bytes:
+    config = json.loads(default_voice_paths()[1].read_text(encoding="utf-8"))
+    return json.dumps(change(config)).encode()
+
+
+BROKEN_VOICES: dict[str, tuple[Callable[[], bytes | None], Callable[[], bytes | None], str]] = {
+    # name: (model bytes, config bytes; None = leave it out), words the sentence must contain
+    "truncated-model": (truncated_model, lambda: _config_with(lambda c: c), "corrupt"),
+    "empty-model": (lambda: b"", lambda: _config_with(lambda c: c), "empty"),
+    "random-model": (lambda: os.urandom(4096), lambda: _config_with(lambda c: c), "corrupt"),
+    "missing-model": (lambda: None, lambda: _config_with(lambda c: c), "does not exist"),
+    "missing-config": (truncated_model, lambda: None, "does not exist"),
+    "config-not-json": (lambda: b"", lambda: b"{not json", "could not be read as JSON"),
+    "config-without-espeak": (lambda: b"", lambda: _config_with(lambda c: c.pop("espeak") and c), "bad field"),
+    "config-is-a-list": (lambda: b"", lambda: b"[1, 2, 3]", "voice config"),
+}
+# config.py reads the JSON as a dict without checking; a list gives AttributeError ("'list' object has no
+# attribute 'get'"), which the worker reports as "Generation failed unexpectedly (...)". Fix in
+# backends/piper/config.py: refuse a non-object JSON with the "missing or has a bad field" sentence.
+CONFIG_LIST_BUG = pytest.mark.xfail(strict=True, raises=AttributeError, reason="a JSON list as config: AttributeError")
+
+
+def _broken_voice(folder: Path, name: str) -> Path:
+    model, config, _ = BROKEN_VOICES[name]
+    voice = folder / f"{name}.onnx"
+    if (data := model()) is not None:
+        voice.write_bytes(data)
+    if (text := config()) is not None:
+        Path(f"{voice}.json").write_bytes(text)
+    return voice
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=CONFIG_LIST_BUG) if n == "config-is-a-list" else n for n in BROKEN_VOICES]
+)
+def test_broken_voice_files_give_a_sentence(voice_dir: Path, name: str) -> None:
+    """The same loading code the worker runs, in-process: every broken file is a BackendLoadError sentence."""
+    voice = _broken_voice(voice_dir, name)
+    with pytest.raises(BackendLoadError) as caught:
+        create_backend("piper", str(voice)).load("cpu", "float32")
+    message = str(caught.value)
+    assert BROKEN_VOICES[name][2] in message and voice.name in message
+    assert message.endswith(".") and "\n" not in message and "Traceback" not in message and "Errno" not in message
 
 
 # weights.py puts the whole path and protobuf's own error into the sentence ("... it may be corrupt (Error parsing
@@ -111,17 +148,9 @@ def test_corrupt_voice_is_reported_and_the_engine_stays_up(
 def test_corrupt_voice_sentence_is_short(voice_dir: Path) -> None:
     voice = voice_dir / "en_US-joe-medium.onnx"
     install(voice, truncated_model())
-    with _engine(voice) as engine:
-        assert_clear_sentence(_load_error(engine))
-
-
-def test_broken_config_is_a_sentence_not_a_traceback(voice_dir: Path) -> None:
-    voice = voice_dir / "v.onnx"
-    install(voice, b"")
-    Path(f"{voice}.json").write_text("{not json", encoding="utf-8")
-    with _engine(voice) as engine:
-        error = _load_error(engine)
-        assert "could not be read as JSON" in str(error) and str(error).endswith(".")
+    with pytest.raises(BackendLoadError) as caught:
+        create_backend("piper", str(voice)).load("cpu", "float32")
+    assert_clear_sentence(caught.value)
 
 
 # ---------------------------------------------------------------- the whole app
