@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
@@ -66,7 +65,8 @@ def _load_error(engine: EngineClient) -> BackendLoadError:
     return caught.value
 
 
-def test_missing_voice_is_a_clear_sentence_and_recovers_once_installed(voice_dir: Path) -> None:
+def test_missing_then_corrupt_voice_are_sentences_and_the_engine_stays_up(voice_dir: Path) -> None:
+    """Each request after a failed load tries again, so the user learns what is wrong with the file now."""
     voice = voice_dir / "en_US-joe-medium.onnx"
     with _engine(voice) as engine:
         error = _load_error(engine)
@@ -76,23 +76,14 @@ def test_missing_voice_is_a_clear_sentence_and_recovers_once_installed(voice_dir
         assert not status.ready and status.load_error == str(error) and status.worker_pid == 0
         with pytest.raises(BackendLoadError, match="does not exist"):
             engine.synthesize(SynthesisRequest("Hello?"), timeout=120)
-        install(voice, None)
-        result = engine.synthesize(SynthesisRequest("The voice is back.", seed=1), timeout=180)
-        assert result.duration_s > 0.5 and float(np.max(np.abs(result.audio))) > 0.05
-        assert engine.status().ready and engine.status().load_error is None
 
-
-def test_corrupt_voice_is_reported_and_the_engine_stays_up(voice_dir: Path) -> None:
-    voice = voice_dir / "truncated.onnx"
-    install(voice, truncated_model())
-    with _engine(voice) as engine:
-        error = _load_error(engine)
-        assert "corrupt" in str(error) and str(error).endswith(".")
-        assert "Traceback" not in str(error) and "\n" not in str(error)
-        assert engine.status().load_error == str(error)
-        with pytest.raises(BackendLoadError, match="corrupt"):
-            engine.synthesize(SynthesisRequest("Hello?"), timeout=120)
-        assert engine.status().load_error == str(error), "the engine answers and keeps saying why"
+        install(voice, truncated_model())
+        with pytest.raises(BackendLoadError) as corrupt:
+            engine.synthesize(SynthesisRequest("Hello again?"), timeout=120)
+        message = str(corrupt.value)
+        assert "corrupt" in message and message.endswith(".") and "\n" not in message and "Traceback" not in message
+        assert engine.status().load_error == message, "the engine answers and keeps saying why"
+        # Recovery once the real voice is installed is checked through the whole app below.
 
 
 def _config_with(change: Callable[[dict[str, Any]], Any]) -> bytes:

@@ -174,6 +174,11 @@ def audio_path(value: Any) -> str:
     return str(getattr(value, "path", value) or "")
 
 
+def is_clear_sentence(message: str) -> bool:
+    """What a user-facing refusal must look like: one short line ending in a period, nothing from a traceback."""
+    return len(message) < 200 and message.endswith(".") and not any(m in message for m in ("\n", "Errno", "Traceback"))
+
+
 def speak_once(client: Any, submission: Submission, timeout_s: float) -> Outcome:
     """One /speak call; every way it can end becomes an Outcome (nothing escapes uncounted)."""
     from gradio_client.exceptions import AppError
@@ -182,8 +187,9 @@ def speak_once(client: Any, submission: Submission, timeout_s: float) -> Outcome
     try:
         audio, meta = job.result(timeout=timeout_s)
     except AppError as exc:
-        kind = "busy" if "busy" in str(exc.message).lower() else "error"
-        return Outcome(submission, kind, time.monotonic(), message=str(exc.message))
+        message = str(exc.message)
+        kind = "busy" if "busy" in message.lower() and is_clear_sentence(message) else "error"
+        return Outcome(submission, kind, time.monotonic(), message=message)
     except TimeoutError:
         job.cancel()
         return Outcome(submission, "lost", time.monotonic(), message=f"no answer in {timeout_s:.0f} s")
