@@ -15,12 +15,12 @@ from collections.abc import Sequence
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from voicelab.engine.client import EngineClient  # noqa: E402  (the environment above must be set first)
-from voicelab.settings import Settings, add_arguments, from_arguments  # noqa: E402
-from voicelab.telemetry.host import HostSampler  # noqa: E402
-from voicelab.telemetry.nvml import NvmlSampler  # noqa: E402
-from voicelab.telemetry.sampler import TelemetrySampler  # noqa: E402
-from voicelab.telemetry.samples import EngineState  # noqa: E402
+from voicelab.engine.client import EngineClient
+from voicelab.settings import Settings, add_arguments, from_arguments
+from voicelab.telemetry.host import HostSampler
+from voicelab.telemetry.nvml import NvmlSampler
+from voicelab.telemetry.sampler import TelemetrySampler
+from voicelab.telemetry.samples import EngineState
 
 log = logging.getLogger("voicelab")
 
@@ -32,7 +32,9 @@ def parse_settings(argv: Sequence[str] | None) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    logging.basicConfig(level=os.environ.get("VOICELAB_LOG_LEVEL", "INFO"), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("VOICELAB_LOG_LEVEL", "INFO"), format="%(levelname)s %(name)s: %(message)s"
+    )
     settings = parse_settings(argv)
     from voicelab.ui.app_ui import build_ui
     from voicelab.ui.serving import launch_options

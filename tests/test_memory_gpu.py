@@ -59,7 +59,8 @@ def test_clean_lowers_reserved_after_a_burst_of_varied_allocations(device: str) 
     del spectrum, tensor
     report = memory.clean_device_cache(device)
     assert report.after.reserved < report.before.reserved
-    assert report.after.allocated == report.before.allocated  # live tensors are untouched
+    # Live tensors are untouched; only library workspaces (cuBLAS) may leave the allocated figure.
+    assert sum(t.numel() for t in keep) <= report.after.allocated <= report.before.allocated
     assert "cuFFT plan cache" in report.cleared and "CUDA cached blocks (empty_cache)" in report.cleared
     assert torch.backends.cuda.cufft_plan_cache[0].size == 0
     del keep

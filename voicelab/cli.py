@@ -14,8 +14,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from voicelab.errors import VoiceLabError
+from voicelab.instruct.style import Style
+
+if TYPE_CHECKING:
+    from voicelab.engine.messages import PromptAudio
+    from voicelab.instruct.parser import ParsedInstruction
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +55,16 @@ def _synth_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 def _run_synth(args: argparse.Namespace) -> int:
     import soundfile as sf
 
-    from voicelab.engine.core import EngineCore
     from voicelab.engine.messages import SynthesisRequest
     from voicelab.settings import from_environment
 
     settings = replace(from_environment(), device=args.device, dtype=args.dtype, voice_path=args.voice)
+    prompt, parsed = _prompt_and_instruction(args)  # before torch is imported: a bad prompt fails fast
+
+    from voicelab.engine.core import EngineCore
+    from voicelab.engine.pipeline import clean_text
+
+    clean_text(args.text, settings.max_text_chars)  # refuse bad text before the model loads
     request = SynthesisRequest(
         text=args.text,
         length_scale=args.length_scale,
@@ -61,7 +72,9 @@ def _run_synth(args: argparse.Namespace) -> int:
         noise_w=args.noise_w,
         sentence_silence_s=args.sentence_silence,
         seed=args.seed,
-        **_voice_and_style(args),
+        prompt=prompt,
+        style=parsed.style if parsed else Style(),
+        instruction=args.instruct,
     )
     core = EngineCore(settings)
     result = core.synthesize(request)
@@ -69,31 +82,20 @@ def _run_synth(args: argparse.Namespace) -> int:
     sf.write(str(args.out), result.audio, result.sample_rate, subtype="PCM_16")
     line = result.metrics()
     line["out"] = str(args.out)
-    if args.instruct or request.instruction:
-        line["not_understood"] = list(_not_understood(args.instruct))
+    if parsed is not None:
+        line["not_understood"] = list(parsed.not_understood)
     print(json.dumps(line, ensure_ascii=False))
     return 0
 
 
-def _voice_and_style(args: argparse.Namespace) -> dict[str, object]:
-    """Prompt intake and instruction parsing happen before the engine, as in the UI."""
-    fields: dict[str, object] = {}
-    if args.prompt is not None:
-        from voicelab.voice.intake import load_prompt
-
-        fields["prompt"] = load_prompt(args.prompt, transcript=args.prompt_text)
-    if args.instruct:
-        from voicelab.instruct.parser import parse_instruction
-
-        fields["style"] = parse_instruction(args.instruct).style
-        fields["instruction"] = args.instruct
-    return fields
-
-
-def _not_understood(instruction: str) -> tuple[str, ...]:
+def _prompt_and_instruction(args: argparse.Namespace) -> tuple[PromptAudio | None, ParsedInstruction | None]:
+    """Prompt intake and instruction parsing (once) happen before the engine, as in the UI."""
     from voicelab.instruct.parser import parse_instruction
+    from voicelab.voice.intake import load_prompt
 
-    return parse_instruction(instruction).not_understood if instruction else ()
+    prompt = load_prompt(args.prompt, transcript=args.prompt_text) if args.prompt is not None else None
+    parsed = parse_instruction(args.instruct) if args.instruct else None
+    return prompt, parsed
 
 
 def _delegate(table: dict[str, str], name: str, rest: list[str]) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -67,10 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if f.name == "extra":
             continue
         flag = "--" + f.name.replace("_", "-")
-        if f.type in (bool, "bool"):
-            parser.add_argument(flag, dest=f.name, default=None, type=lambda s: _coerce(bool, s))
-        else:
-            parser.add_argument(flag, dest=f.name, default=None, type=lambda s, t=f.type: _coerce(t, s))
+        parser.add_argument(flag, dest=f.name, default=None, type=functools.partial(_coerce, f.type))
 
 
 def from_arguments(namespace: argparse.Namespace, base: Settings | None = None) -> Settings:

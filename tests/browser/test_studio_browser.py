@@ -152,4 +152,3 @@ def test_preset_fills_the_instruction_and_takes_play_side_by_side(page: Any, ton
     assert urls[0] != urls[1]
     assert all(page.evaluate(AUDIO_DURATION_JS, url) > 1.0 for url in urls)
     assert page.inner_text("#design-meta").count("take ") == 2
-

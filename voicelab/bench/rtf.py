@@ -13,25 +13,23 @@ import sys
 
 # PyTorch's OpenMP (libgomp) reads this once, when torch loads. Passive waiting stops idle worker
 # threads from spinning between operations, which on a small, shared CPU steals the cores the work
-# needs (measured here: about 3x slower with spinning under load). The app sets the same.
+# needs (measured on the 2-core dev box under load: about 2.5x slower with spinning). Imports that
+# load torch therefore come after this line; the app's worker process needs the same setting.
 _torch_loaded_early = "torch" in sys.modules
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import argparse  # noqa: E402 - after the OpenMP setting above
-import logging  # noqa: E402 - after the OpenMP setting above
-import statistics  # noqa: E402 - after the OpenMP setting above
-import time  # noqa: E402 - after the OpenMP setting above
-from collections.abc import Callable  # noqa: E402 - after the OpenMP setting above
-from dataclasses import dataclass  # noqa: E402 - after the OpenMP setting above
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
-import numpy as np  # noqa: E402 - after the OpenMP setting above
-import onnxruntime as ort  # noqa: E402 - after the OpenMP setting above
-import torch  # noqa: E402 - after the OpenMP setting above
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+import torch  # noqa: E402
 
-from voicelab.backends.base import VitsControls  # noqa: E402 - after the OpenMP setting above
-from voicelab.backends.piper.backend import PiperBackend  # noqa: E402 - after the OpenMP setting above
-
-logger = logging.getLogger(__name__)
+from voicelab.backends.base import VitsControls  # noqa: E402
+from voicelab.backends.piper.backend import PiperBackend  # noqa: E402
 
 SENTENCES = (
     "Hi there.",
@@ -65,13 +63,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per sentence and runtime")
     parser.add_argument("--voice", default=None, help="a Piper .onnx voice (default: en_US-joe-medium)")
+    parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="time PyTorch alone (e.g. on a GPU box given converted .pt weights, where no .onnx is at hand)",
+    )
+    parser.add_argument(
+        "--ort-spinning",
+        choices=("on", "off"),
+        default="on",
+        help="onnxruntime's busy-waiting worker threads (on is its default, as Piper runs it)",
+    )
     return parser.parse_args(argv)
 
 
-def make_session(model_path: str, threads: int, device: str) -> ort.InferenceSession:
+def make_session(model_path: str, threads: int, device: str, spinning: bool = True) -> ort.InferenceSession:
     """onnxruntime with the same intra-op thread count; CUDA provider when asked for and installed."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     providers = ["CPUExecutionProvider"]
@@ -89,7 +99,11 @@ def timed(fn: Callable[[], object], sync: Callable[[], None]) -> float:
 
 
 def measure(
-    backend: PiperBackend, session: ort.InferenceSession, ids: list[int], repeats: int, sync: Callable[[], None]
+    backend: PiperBackend,
+    session: ort.InferenceSession | None,
+    ids: list[int],
+    repeats: int,
+    sync: Callable[[], None],
 ) -> tuple[float, float, float]:
     """(audio seconds, torch median s, onnxruntime median s) for one sentence, runs interleaved."""
     config = backend.config
@@ -102,17 +116,19 @@ def measure(
     if config.num_speakers > 1:
         feed["sid"] = np.array([config.default_speaker_id], dtype=np.int64)
     audio = backend.synthesize([ids], controls, None)[0]  # warm-up, both runtimes
-    session.run(None, feed)
     torch_times: list[float] = []
     ort_times: list[float] = []
+    runs: list[tuple[list[float], Callable[[], object]]] = [
+        (torch_times, lambda: backend.synthesize([ids], controls, None))
+    ]
+    if session is not None:
+        session.run(None, feed)
+        runs.append((ort_times, lambda: session.run(None, feed)))
     for r in range(repeats):
-        runs = [
-            (torch_times, lambda: backend.synthesize([ids], controls, None)),
-            (ort_times, lambda: session.run(None, feed)),
-        ]
         for times, fn in runs if r % 2 == 0 else runs[::-1]:
             times.append(timed(fn, sync))
-    return len(audio) / backend.sample_rate, statistics.median(torch_times), statistics.median(ort_times)
+    ort_median = statistics.median(ort_times) if ort_times else float("nan")
+    return len(audio) / backend.sample_rate, statistics.median(torch_times), ort_median
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     backend = PiperBackend(args.voice)
     backend.load(args.device, args.dtype)
-    session = make_session(str(backend.model_path), args.threads, args.device)
+    session = (
+        None
+        if args.no_reference
+        else make_session(str(backend.model_path), args.threads, args.device, args.ort_spinning == "on")
+    )
     cuda = backend.device.startswith("cuda")
 
     def sync() -> None:
@@ -128,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
 
     print(f"voice {backend.voice_name}; torch {torch.__version__} on {backend.device} ({backend.dtype}), ", end="")
-    print(
-        f"onnxruntime {ort.__version__} on {session.get_providers()[0]}; {args.threads} threads; {args.repeats} repeats"
-    )
+    if session is not None:
+        print(f"onnxruntime {ort.__version__} on {session.get_providers()[0]} (spinning {args.ort_spinning}); ", end="")
+    print(f"{args.threads} threads; {args.repeats} repeats")
     if os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE" or _torch_loaded_early:
         print("note: torch was loaded before OMP_WAIT_POLICY=PASSIVE could apply; CPU figures may suffer under load")
     print(f"{'chars':>6} {'audio s':>8} {'torch s':>8} {'ort s':>8} {'ratio':>6}")
@@ -143,6 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     long = rows[-1]
     print(f"RTF for a {long.audio_s:.1f} s utterance: torch {long.torch_s / long.audio_s:.4f}, ", end="")
     print(f"onnxruntime {long.ort_s / long.audio_s:.4f}")
+    if session is None:
+        print("torch/onnxruntime time ratio: not measured (--no-reference)")
+        return 0
     ratio = sum(r.torch_s for r in rows) / sum(r.ort_s for r in rows)
     print(f"torch/onnxruntime time ratio: {ratio:.3f}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,6 +25,7 @@ from voicelab.engine.messages import (
     ControlRequest,
     ErrorReply,
     Heartbeat,
+    ProfileCacheStats,
     SegmentSnapshot,
     SynthesisRequest,
     SynthesisResult,
@@ -78,6 +79,7 @@ class EngineStatus:
     load_error: str | None
     leak_warning: str | None
     last_auto_clean: CleanReport | None
+    profile_cache: ProfileCacheStats | None = None
 
 
 @dataclass
@@ -122,6 +124,7 @@ class EngineClient:
         self._load_error: str | None = None
         self._leak_warning: str | None = None
         self._last_auto_clean: CleanReport | None = None
+        self._profile_cache: ProfileCacheStats | None = None
         self._restarts = 0
         self._completed = 0
         self._failed = 0
@@ -197,6 +200,7 @@ class EngineClient:
                 load_error=self._load_error,
                 leak_warning=self._leak_warning,
                 last_auto_clean=self._last_auto_clean,
+                profile_cache=self._profile_cache,
             )
 
     def add_stats_listener(self, listener: Callable[[AllocatorStats], None]) -> None:
@@ -315,11 +319,12 @@ class EngineClient:
             if restart is None or (self._in_flight is not None and not restart.force):
                 return
             self._restart = None
-            requeued = self._in_flight if isinstance(self._in_flight, _Job) else None
+            in_flight = self._in_flight
+            requeued = in_flight if isinstance(in_flight, _Job) else None
             if requeued is not None:
                 self._jobs.appendleft(requeued)
-            elif self._in_flight is not None:
-                self._controls.appendleft(self._in_flight)
+            elif isinstance(in_flight, _Control):
+                self._controls.appendleft(in_flight)
             self._in_flight = None
             self._ready = None
         assert self._worker is not None
@@ -400,6 +405,7 @@ class EngineClient:
         if isinstance(message, Heartbeat):
             self._last_heartbeat = time.monotonic()
             self._leak_warning = message.leak_warning
+            self._profile_cache = message.profile_cache
             self._record_stats(message.stats)
             return
         in_flight = self._in_flight

@@ -69,6 +69,9 @@ def _reply_error(request_id: str, exc: BaseException) -> ErrorReply:
 def worker_main(conn: Connection, settings: Settings) -> None:
     """Entry point of the spawned process."""
     logging.basicConfig(level=os.environ.get("VOICELAB_LOG_LEVEL", "WARNING"))
+    # Idle OpenMP threads must sleep, not spin: on a small shared CPU spinning steals the cores the
+    # job needs. Read once when torch loads, so it is set before the import below.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from voicelab.engine.memory import configure_allocator
 
     configure_allocator(os.environ)  # before torch initialises CUDA

@@ -117,9 +117,13 @@ def _engine_line(status: EngineStatus) -> str:
     worker = status.worker
     state = "ready" if status.ready else ("failed to load" if status.load_error else "starting")
     where = f"{worker.backend} on {worker.device} ({worker.dtype})" if worker else "no worker yet"
+    cache = status.profile_cache
+    profiles = (
+        f" · voice profiles {cache.size}/{cache.capacity}, hit rate {cache.hit_rate:.0%}" if cache is not None else ""
+    )
     return (
         f"engine {state} · {where} · worker pid {status.worker_pid or '—'} · queue {status.queue_length} · "
-        f"{status.completed} done, {status.failed} failed · restarts {status.restarts}"
+        f"{status.completed} done, {status.failed} failed · restarts {status.restarts}{profiles}"
     )
 
 

@@ -34,7 +34,8 @@ def band_edges_hz() -> np.ndarray:
 
 def band_centres_hz() -> np.ndarray:
     edges = band_edges_hz()
-    return np.sqrt(edges[:-1] * edges[1:])
+    centres: np.ndarray = np.sqrt(edges[:-1] * edges[1:])
+    return centres
 
 
 def resample(audio: np.ndarray, sr_from: int, sr_to: int) -> np.ndarray:
@@ -42,7 +43,8 @@ def resample(audio: np.ndarray, sr_from: int, sr_to: int) -> np.ndarray:
     if sr_from == sr_to:
         return np.asarray(audio, dtype=np.float32)
     g = math.gcd(int(sr_from), int(sr_to))
-    return resample_poly(np.asarray(audio, dtype=np.float64), sr_to // g, sr_from // g).astype(np.float32)
+    out = resample_poly(np.asarray(audio, dtype=np.float64), sr_to // g, sr_from // g)
+    return np.asarray(out, dtype=np.float32)
 
 
 def frame_levels_db(audio: np.ndarray, sr: int, hop_s: float = FRAME_S, win_s: float = WINDOW_S) -> np.ndarray:
@@ -81,7 +83,7 @@ def pitch_track(audio: np.ndarray, sr: int) -> np.ndarray:
         return np.zeros(0, dtype=np.float32)
     sound = parselmouth.Sound(np.asarray(audio, dtype=np.float64), sampling_frequency=float(sr))
     pitch = sound.to_pitch_ac(time_step=FRAME_S, pitch_floor=PITCH_FLOOR_HZ, pitch_ceiling=PITCH_CEILING_HZ)
-    return np.nan_to_num(pitch.selected_array["frequency"]).astype(np.float32)
+    return np.nan_to_num(np.asarray(pitch.selected_array["frequency"], dtype=np.float32))
 
 
 def pitch_frame_times(n_samples: int, sr: int, n_frames: int) -> np.ndarray:
@@ -146,7 +148,7 @@ def ltas_db(audio: np.ndarray, sr: int) -> np.ndarray:
         sel = (freqs >= edges[b]) & (freqs < edges[b + 1])
         bands[b] = spectrum[sel].mean() if sel.any() else spectrum[np.argmin(np.abs(freqs - edges[b]))]
     db = 10.0 * np.log10(np.maximum(bands, 1e-20))
-    return (db - db.mean()).astype(np.float32)
+    return np.asarray(db - db.mean(), dtype=np.float32)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 import scipy.fft
-from scipy.ndimage import maximum_filter1d, minimum_filter1d, uniform_filter1d
+from scipy.ndimage import gaussian_filter1d, maximum_filter1d, minimum_filter1d, uniform_filter1d
 from scipy.signal import istft, stft
 
 from voicelab.voice.analysis import LTAS_BANDS, active_rms_dbfs, band_centres_hz, pitch_frame_times, pitch_track
@@ -24,6 +24,7 @@ EQ_LIMIT_DB = 12.0
 TILT_PIVOT_HZ = 1000.0
 PEAK_CEILING = 0.97
 LIMITER_WINDOW_S = 0.005
+WHISPER_SMOOTH_HZ = 100.0  # Gaussian sigma of the log-envelope smoothing for whispers
 _MIN_WORLD_S = 0.1
 
 
@@ -185,8 +186,11 @@ def render_whisper(envelope: np.ndarray, sr: int, seed: int = 0) -> np.ndarray:
     """White noise shaped frame by frame by the spectral envelope: speech with no voicing at all.
 
     WORLD's own unvoiced synthesis is not used: it places its noise bursts on a 500 Hz grid, which
-    Praat then hears as voiced.
+    Praat then hears as voiced. The envelope of voiced speech is smoothed first (``smooth_envelope``):
+    its narrow peaks turn noise into narrow-band, nearly periodic signal, and Praat called 23-28 % of
+    the frames voiced (up to 46 % on some sentences) where a whisper should have almost none.
     """
+    envelope = smooth_envelope(envelope, sr, WHISPER_SMOOTH_HZ)
     n_fft = 2 * (envelope.shape[1] - 1)
     hop = round(sr * FRAME_PERIOD_MS / 1000.0)
     noise = np.random.default_rng(seed).standard_normal(hop * (len(envelope) - 1) + 1)
@@ -195,6 +199,17 @@ def render_whisper(envelope: np.ndarray, sr: int, seed: int = 0) -> np.ndarray:
     spec = spec[:, :frames] * np.sqrt(envelope[:frames].T)
     _, out = istft(spec, nperseg=n_fft, noverlap=n_fft - hop, boundary=True)
     return np.asarray(out[: len(noise)], dtype=np.float32)
+
+
+def smooth_envelope(envelope: np.ndarray, sr: int, sigma_hz: float) -> np.ndarray:
+    """Each frame's envelope smoothed along frequency in the log domain (wider formant bandwidths).
+
+    Whispered vowels have broader formants than voiced ones and no glottal source; with a Gaussian of
+    100 Hz sigma the built-in voice's whispers measured 3.5-6 % voiced frames by Praat (at most 9.4 %).
+    """
+    bin_hz = sr / (2.0 * (envelope.shape[1] - 1))
+    log_env = np.log(np.maximum(envelope, 1e-30))
+    return np.ascontiguousarray(np.exp(gaussian_filter1d(log_env, sigma_hz / bin_hz, axis=1, mode="nearest")))
 
 
 def eq_curve_db(freqs: np.ndarray, eq_gains_db: tuple[float, ...], tilt_db_per_octave: float) -> np.ndarray:
@@ -216,7 +231,7 @@ def equalise(audio: np.ndarray, sr: int, eq_gains_db: tuple[float, ...], tilt_db
     n = scipy.fft.next_fast_len(len(audio) + 8192, real=True)
     spectrum = scipy.fft.rfft(audio.astype(np.float64), n)
     gain = 10.0 ** (eq_curve_db(scipy.fft.rfftfreq(n, 1.0 / sr), eq_gains_db, tilt_db_per_octave) / 20.0)
-    return scipy.fft.irfft(spectrum * gain, n)[: len(audio)].astype(np.float32)
+    return np.asarray(scipy.fft.irfft(spectrum * gain, n)[: len(audio)], dtype=np.float32)
 
 
 def limit_peaks(audio: np.ndarray, sr: int, ceiling: float = PEAK_CEILING) -> np.ndarray:
@@ -228,7 +243,7 @@ def limit_peaks(audio: np.ndarray, sr: int, ceiling: float = PEAK_CEILING) -> np
     gain = np.minimum(1.0, ceiling / np.maximum(envelope, 1e-12))
     gain = uniform_filter1d(minimum_filter1d(gain, size=width + 1), size=width + 1)
     out = audio * gain.astype(np.float32)
-    return np.clip(out, -ceiling, ceiling)
+    return np.asarray(np.clip(out, -ceiling, ceiling), dtype=np.float32)
 
 
 def _set_loudness(audio: np.ndarray, sr: int, target_dbfs: float) -> np.ndarray:

@@ -126,7 +126,8 @@ class GE2E(nn.Module):
     def forward(self, mels: torch.Tensor) -> torch.Tensor:
         _, (hidden, _) = self.lstm(mels)
         raw = torch.relu(self.linear(hidden[-1]))
-        return raw / torch.linalg.vector_norm(raw, dim=1, keepdim=True).clamp_min(1e-12)
+        norm: torch.Tensor = torch.linalg.vector_norm(raw, dim=1, keepdim=True)
+        return raw / norm.clamp_min(1e-12)
 
 
 def _load_state(path: Path) -> dict[str, torch.Tensor]:
@@ -172,8 +173,9 @@ class SpeakerEncoder:
         with torch.inference_mode():
             mel = self.mel(torch.from_numpy(wav).to(self.device))
             partials = torch.stack([mel[s] for s in slices])
-            mean = self.model(partials).mean(dim=0)
-            return mean / torch.linalg.vector_norm(mean).clamp_min(1e-12)
+            mean: torch.Tensor = self.model(partials).mean(dim=0)
+            norm: torch.Tensor = torch.linalg.vector_norm(mean)
+            return mean / norm.clamp_min(1e-12)
 
     @staticmethod
     def similarity(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -73,7 +73,7 @@ def load_prompt(
 
 def _open(source: str | Path | bytes, max_bytes: int) -> BinaryIO | Path:
     """The file to decode, refused before decoding when it is too large."""
-    limit = f"{max_bytes / 2**20:g} MB"
+    limit = f"{max_bytes / 2**20:.3g} MB" if max_bytes >= 2**20 else f"{max_bytes / 2**10:.3g} kB"
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         if not data:
@@ -127,7 +127,7 @@ def _downmix(block: np.ndarray) -> np.ndarray:
         raise InvalidPromptError(
             "The voice prompt contains invalid samples (not-a-number or infinite values); please export it again."
         )
-    return np.clip(block.mean(axis=1), -1e30, 1e30).astype(np.float32)
+    return np.asarray(np.clip(block.mean(axis=1), -1e30, 1e30), dtype=np.float32)
 
 
 def _highpass(audio: np.ndarray) -> np.ndarray:
@@ -136,7 +136,7 @@ def _highpass(audio: np.ndarray) -> np.ndarray:
     if peak > 1.0:
         audio = audio / peak
     sos = butter(2, 50.0, btype="highpass", fs=PROCESS_RATE, output="sos")
-    return sosfilt(sos, audio.astype(np.float64)).astype(np.float32)
+    return np.asarray(sosfilt(sos, audio.astype(np.float64)), dtype=np.float32)
 
 
 def _require_voicing(audio: np.ndarray, speech_s: float) -> None:

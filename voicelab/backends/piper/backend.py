@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import logging
 from collections.abc import Sequence
@@ -55,7 +57,9 @@ class PiperBackend:
             self.model_path, config_path = Path(voice_path), Path(f"{voice_path}.json")
         else:
             self.model_path, config_path = default_voice_paths()
-        self.config: VoiceConfig = read_voice_config(config_path, self.model_path.name.removesuffix(".onnx").removesuffix(".pt"))
+        self.config: VoiceConfig = read_voice_config(
+            config_path, self.model_path.name.removesuffix(".onnx").removesuffix(".pt")
+        )
         self.voice_name = self.config.name
         self.sample_rate = self.config.sample_rate
         self.batch_policy = batch_policy or BatchPolicy()
@@ -82,6 +86,8 @@ class PiperBackend:
             target = torch.device(device)
         except RuntimeError as exc:
             raise InvalidSettingError(f"Unknown device {device!r}; use cpu or cuda.") from exc
+        if target.type == "cuda" and not torch.cuda.is_available():
+            raise InvalidSettingError("A CUDA GPU was asked for, but PyTorch sees none here; use the CPU instead.")
         if target.type == "cpu" and dtype == "float16":
             logger.warning("float16 convolutions are very slow on CPU; using float32 instead")
             dtype = "float32"
@@ -91,6 +97,8 @@ class PiperBackend:
                 f"The voice model upsamples by {model.dims.hop_length} but its config says hop_length "
                 f"{self.config.hop_length}; the .onnx and .onnx.json files do not belong together."
             )
+        if target.type == "cpu":
+            keep_freed_memory_for_reuse()
         model.flow.to(DTYPES[dtype])
         model.dec.to(DTYPES[dtype])
         self._model = model.to(target)
@@ -162,6 +170,23 @@ class PiperBackend:
         if not (0 <= noise_scale <= 5 and 0 <= noise_w <= 5):
             raise InvalidSettingError("The noise scales must be between 0 and 5.")
         return float(noise_scale), float(length_scale), float(noise_w)
+
+
+def keep_freed_memory_for_reuse(mmap_threshold: int = 512 << 20, trim_threshold: int = 1 << 30) -> bool:
+    """Ask glibc to serve big tensors from its heap and keep freed memory for the next ones.
+
+    By default each decoder activation (tens of MB) is a fresh mmap whose pages the kernel faults in
+    and zeroes on first touch, then returns on free: about 15 % of CPU synthesis time. With these
+    thresholds freed blocks are reused, like onnxruntime's arena; the worker's RSS stays at the
+    high-water mark of one batch instead. Process-wide; returns False where libc has no mallopt.
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
+    return bool(mallopt(m_mmap_threshold, mmap_threshold)) and bool(mallopt(m_trim_threshold, trim_threshold))
 
 
 def bucket_by_length(lengths: Sequence[int], policy: BatchPolicy) -> list[list[int]]:

@@ -5,11 +5,15 @@ phoneme ids [B, T] -> TextEncoder -> (hidden, prior mean m, prior log-std logs) 
                    -> expand m, logs to frames, sample z_p = m + eps * exp(logs) * noise_scale
                    -> ResidualCouplingBlock (reverse) -> z [B, C, T_frames]
                    -> Generator (HiFi-GAN) -> audio [B, 1, T_frames * hop]
+
+The blocks live in duration.py, flow.py and decoder.py; weights.py fills them from a Piper .onnx.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from voicelab.backends.piper.decoder import Generator
-from voicelab.backends.piper.duration import Flip, LayerNorm, StochasticDurationPredictor
+from voicelab.backends.piper.duration import LayerNorm, StochasticDurationPredictor
+from voicelab.backends.piper.flow import ResidualCouplingBlock
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,8 @@ class RelativeSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
         """x [B, C, T], key_mask [B, 1, 1, T] (True = real position) or None -> [B, C, T]."""
         b, c, t = x.shape
-        q, k, v = (conv(x).view(b, self.n_heads, self.k_channels, t).transpose(2, 3) for conv in self.qkv_convs)
+        heads = (self.n_heads, self.k_channels, t)
+        q, k, v = (conv(x).view(b, *heads).transpose(2, 3) for conv in (self.conv_q, self.conv_k, self.conv_v))
         q = q / math.sqrt(self.k_channels)
         scores = q @ k.transpose(-2, -1) + self._band_to_square(q @ self.emb_rel_k[0].T)
         if key_mask is not None:
@@ -79,10 +85,6 @@ class RelativeSelfAttention(nn.Module):
         p = F.softmax(scores, dim=-1)  # [B, h, T, T]
         out = p @ v + self._square_to_band(p) @ self.emb_rel_v[0]
         return self.conv_o(out.transpose(2, 3).reshape(b, c, t))
-
-    @property
-    def qkv_convs(self) -> tuple[nn.Conv1d, nn.Conv1d, nn.Conv1d]:
-        return self.conv_q, self.conv_k, self.conv_v
 
     def _band_to_square(self, band: torch.Tensor) -> torch.Tensor:
         """[..., T, 2w+1] (offset j-i+w) -> [..., T, T], zero outside the band, by the pad-and-skew trick."""
@@ -159,93 +161,6 @@ class TextEncoder(nn.Module):
         return x, stats[:, : self.out_channels], stats[:, self.out_channels :]
 
 
-class WN(nn.Module):
-    """WaveNet-style stack: gated dilated convs with residual and skip outputs."""
-
-    def __init__(self, channels: int, kernel_size: int, dilation_rate: int, n_layers: int, gin_channels: int) -> None:
-        super().__init__()
-        self.channels = channels
-        dilations = [dilation_rate**i for i in range(n_layers)]
-        self.in_layers = nn.ModuleList(
-            nn.Conv1d(channels, 2 * channels, kernel_size, dilation=d, padding=(kernel_size * d - d) // 2)
-            for d in dilations
-        )
-        # The last layer has no residual half: it only feeds the skip sum.
-        self.res_skip_layers = nn.ModuleList(
-            nn.Conv1d(channels, 2 * channels if i < n_layers - 1 else channels, 1) for i in range(n_layers)
-        )
-        self.cond_layer = nn.Conv1d(gin_channels, 2 * channels * n_layers, 1) if gin_channels else None
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
-        c = self.channels
-        cond = self.cond_layer(g) if self.cond_layer is not None and g is not None else None
-        output = torch.zeros_like(x)
-        for i, (in_layer, res_skip) in enumerate(zip(self.in_layers, self.res_skip_layers, strict=True)):
-            h = in_layer(x)
-            if cond is not None:
-                h = h + cond[:, 2 * c * i : 2 * c * (i + 1)]
-            acts = torch.tanh(h[:, :c]) * torch.sigmoid(h[:, c:])
-            rs = res_skip(acts)
-            if i < len(self.in_layers) - 1:
-                x = (x + rs[:, :c]) * mask
-                output = output + rs[:, c:]
-            else:
-                output = output + rs
-        return output * mask
-
-
-class ResidualCouplingLayer(nn.Module):
-    """Mean-only affine coupling, reverse: x1 = x1 - m(x0)."""
-
-    def __init__(
-        self,
-        channels: int,
-        hidden_channels: int,
-        kernel_size: int,
-        dilation_rate: int,
-        n_layers: int,
-        gin_channels: int,
-    ) -> None:
-        super().__init__()
-        self.half_channels = channels // 2
-        self.pre = nn.Conv1d(self.half_channels, hidden_channels, 1)
-        self.enc = WN(hidden_channels, kernel_size, dilation_rate, n_layers, gin_channels)
-        self.post = nn.Conv1d(hidden_channels, self.half_channels, 1)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
-        x0, x1 = x[:, : self.half_channels], x[:, self.half_channels :]
-        h = self.enc(self.pre(x0) * mask, mask, g)
-        m = self.post(h) * mask
-        return torch.cat([x0, (x1 - m) * mask], 1)
-
-
-class ResidualCouplingBlock(nn.Module):
-    """Normalising flow between prior and posterior latents, run prior -> posterior (reverse)."""
-
-    def __init__(
-        self,
-        channels: int,
-        hidden_channels: int,
-        kernel_size: int,
-        dilation_rate: int,
-        n_layers: int,
-        n_flows: int,
-        gin_channels: int,
-    ) -> None:
-        super().__init__()
-        self.flows = nn.ModuleList()
-        for _ in range(n_flows):
-            self.flows.append(
-                ResidualCouplingLayer(channels, hidden_channels, kernel_size, dilation_rate, n_layers, gin_channels)
-            )
-            self.flows.append(Flip())
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
-        for flow in reversed(self.flows):
-            x = flow(x, mask, g)
-        return x
-
-
 class VitsModel(nn.Module):
     """Piper's VITS generator: phoneme ids -> waveform. Built from a VitsDims; children take plain ints."""
 
@@ -298,6 +213,19 @@ class VitsModel(nn.Module):
         sid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """ids [B, T] long, lengths [B] -> audio [B, 1, S] float32 (zero past each length), audio_lengths [B]."""
+        with _exact_float32(ids.device):
+            return self._synthesize(ids, lengths, noise_scale, length_scale, noise_w, generator, sid)
+
+    def _synthesize(
+        self,
+        ids: torch.Tensor,
+        lengths: torch.Tensor,
+        noise_scale: float,
+        length_scale: float,
+        noise_w: float,
+        generator: torch.Generator | None,
+        sid: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         b, t = ids.shape
         mask = (torch.arange(t, device=ids.device) < lengths.unsqueeze(1)).unsqueeze(1).float()  # [B, 1, T]
         x, m_p, logs_p = self.enc_p(ids, mask)
@@ -329,6 +257,24 @@ class VitsModel(nn.Module):
         if sid is None:
             sid = torch.zeros(batch, dtype=torch.long, device=device)
         return self.emb_g(sid).unsqueeze(-1)
+
+
+@contextlib.contextmanager
+def _exact_float32(device: torch.device) -> Iterator[None]:
+    """Keep cuDNN from running float32 convolutions as TF32 (its default) while the model runs.
+
+    Durations are ceil()-ed, so TF32 rounding in the text encoder can add or drop a frame; float32
+    parts stay float32 and match the CPU and onnxruntime. Half-precision parts are unaffected.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    previous = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = previous
 
 
 def _noise(

@@ -55,8 +55,8 @@ def read_voice_weights(path: str | Path) -> VoiceWeights:
     if path.suffix == ".pt":
         from voicelab.backends.piper.converted import read_converted
 
-        tensors, pairs = read_converted(path)
-        return VoiceWeights(tensors, {name: ConvSpec(*pair) for name, pair in pairs.items()})
+        converted, pairs = read_converted(path)
+        return VoiceWeights(converted, {name: ConvSpec(*pair) for name, pair in pairs.items()})
     try:
         graph = onnx.load(str(path)).graph
     except Exception as exc:  # onnx raises protobuf DecodeError, ValueError or OSError for bad files

@@ -1,0 +1,133 @@
+"""``python -m voicelab synth`` as a user runs it: a subprocess that writes a WAV and prints one JSON line."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT_CLIP = ROOT / "tests" / "data" / "arctic_awb_en_male.wav"
+TEXT = "The garden looks lovely in the morning."
+SEED = 3
+RUN_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    out: Path
+
+    @property
+    def line(self) -> dict[str, Any]:
+        """The one JSON line on stdout."""
+        lines = self.stdout.strip().splitlines()
+        assert self.returncode == 0, self.stderr
+        assert len(lines) == 1, f"expected one JSON line on stdout, got {self.stdout!r}"
+        parsed = json.loads(lines[0])
+        assert isinstance(parsed, dict)
+        return parsed
+
+
+def synth(out: Path, *args: str, text: str = TEXT) -> Run:
+    # One torch thread: the machine's 2 cores are shared, and the speaker encoder is >10x slower with two.
+    env = {**os.environ, "VOICELAB_TORCH_THREADS": "1"}
+    command = [sys.executable, "-m", "voicelab", "synth", "--text", text, "--out", str(out), "--device", "cpu", *args]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    return Run(done.returncode, done.stdout, done.stderr, out)
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return synth(tmp_path_factory.mktemp("cli") / "plain.wav", "--seed", str(SEED))
+
+
+@pytest.fixture(scope="module")
+def instructed(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    out = tmp_path_factory.mktemp("cli") / "nested" / "slow.wav"
+    return synth(out, "--seed", str(SEED), "--instruct", "speak slowly purple")
+
+
+@pytest.fixture(scope="module")
+def cloned(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return synth(tmp_path_factory.mktemp("cli") / "clone.wav", "--seed", str(SEED), "--prompt", str(PROMPT_CLIP))
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def test_synth_writes_a_wav_that_matches_its_json_line(plain: Run) -> None:
+    line = plain.line
+    for key in ("sample_rate", "duration_s", "latency_s", "rtf"):
+        assert is_number(line[key]) and line[key] > 0, key
+    assert (line["backend"], line["device"], line["dtype"]) == ("piper", "cpu", "float32")
+    assert line["seed"] == SEED and line["out"] == str(plain.out)
+    audio, rate = sf.read(plain.out, dtype="float32")
+    assert rate == line["sample_rate"] == 22050
+    assert len(audio) / rate == pytest.approx(line["duration_s"], abs=1e-3)
+    assert line["rtf"] == pytest.approx(line["latency_s"] / line["duration_s"], rel=0.01)
+    assert 1.0 < line["duration_s"] < 4.0
+    assert float(np.sqrt(np.mean(audio**2))) > 0.01, "the WAV should hold speech, not silence"
+
+
+def test_synth_without_instruction_or_prompt_reports_no_style_or_clone_scores(plain: Run) -> None:
+    line = plain.line
+    assert line["style"] == {}
+    assert "not_understood" not in line
+    assert all(line[key] is None for key in ("similarity", "similarity_base", "f0_prompt_hz", "f0_output_hz"))
+
+
+def test_instruction_adds_style_and_the_words_not_understood(plain: Run, instructed: Run) -> None:
+    line = instructed.line
+    assert line["style"] == {"speed": 0.75}
+    assert line["not_understood"] == ["purple"]
+    assert instructed.out.is_file(), "the output's missing parent folder is created"
+    assert line["duration_s"] >= 1.2 * plain.line["duration_s"], "same text and seed, spoken slowly"
+
+
+def test_prompt_adds_clone_scores(cloned: Run) -> None:
+    line = cloned.line
+    for key in ("similarity", "similarity_base"):
+        assert is_number(line[key]) and -1.0 <= line[key] <= 1.0, key
+    for key in ("f0_prompt_hz", "f0_output_hz"):
+        assert is_number(line[key]) and 60.0 < line[key] < 400.0, key
+    assert line["similarity"] > line["similarity_base"]
+    audio, rate = sf.read(cloned.out, dtype="float32")
+    assert len(audio) / rate == pytest.approx(line["duration_s"], abs=1e-3)
+
+
+def assert_one_error_line(run: Run, *words: str) -> None:
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode != 0
+    assert run.stdout.strip() == "", "no JSON line on failure"
+    assert len(lines) == 1, f"expected one line on stderr, got {run.stderr!r}"
+    assert lines[0].startswith("error: ")
+    assert all(word in lines[0].lower() for word in words), lines[0]
+    assert not run.out.exists()
+
+
+def test_empty_text_is_refused_with_one_line(tmp_path: Path) -> None:
+    assert_one_error_line(synth(tmp_path / "out.wav", text=" \n "), "text")
+
+
+def test_missing_prompt_file_is_refused_with_one_line(tmp_path: Path) -> None:
+    run = synth(tmp_path / "out.wav", "--prompt", str(tmp_path / "nowhere.wav"))
+    assert_one_error_line(run, "prompt", "could not be found")
+
+
+def test_corrupt_prompt_file_is_refused_with_one_line(tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVE" + np.random.default_rng(0).bytes(4000))
+    assert_one_error_line(synth(tmp_path / "out.wav", "--prompt", str(corrupt)), "prompt", "not an audio file")

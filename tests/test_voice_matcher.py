@@ -1,0 +1,63 @@
+"""Voice matching on a real prompt: the built-in voice moves toward the prompt speaker and onto its pitch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from voicelab.eval.clone import CALIBRATION_TEXT, piper_onnx_synthesizer
+from voicelab.voice.dsp import apply_transform
+from voicelab.voice.encoder import SpeakerEncoder
+from voicelab.voice.intake import load_prompt
+from voicelab.voice.matcher import VoiceMatcher
+from voicelab.voice.profile import SpeakerProfile, build_profile
+
+DATA = Path(__file__).parent / "data"
+HELD_OUT_TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
+
+
+@pytest.fixture(scope="module")
+def matcher() -> Iterator[VoiceMatcher]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the LSTM encoder is far faster single-threaded on a shared CPU
+    yield VoiceMatcher(SpeakerEncoder("cpu"))
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def female_profile(matcher: VoiceMatcher) -> SpeakerProfile:
+    return build_profile(load_prompt(DATA / "arctic_slt_en_female.wav"), matcher.encoder)
+
+
+def test_profile_measures_the_prompt(female_profile: SpeakerProfile) -> None:
+    assert 170.0 < female_profile.f0_median_hz < 215.0  # slt is a US English female speaker
+    assert female_profile.embedding.shape == (256,)
+    assert female_profile.match is None
+    assert len(female_profile.sha256) == 64
+
+
+def test_matching_raises_similarity_and_lands_on_the_prompt_pitch(
+    matcher: VoiceMatcher, female_profile: SpeakerProfile
+) -> None:
+    synthesize = piper_onnx_synthesizer()
+    calibration = synthesize(CALIBRATION_TEXT)
+    result = matcher.match(female_profile, lambda: calibration)
+    assert result.similarity_matched > result.similarity_base + 0.05
+    assert result.evaluations <= 20
+    assert result.transform.f0_target_hz == pytest.approx(female_profile.f0_median_hz)
+
+    audio, sr = synthesize(HELD_OUT_TEXT)  # a sentence the search never saw
+    base_similarity, base_f0 = matcher.score(audio, sr, female_profile)
+    matched = apply_transform(audio, sr, result.transform)
+    similarity, f0 = matcher.score(matched, sr, female_profile)
+    assert similarity > base_similarity + 0.05
+    assert f0 == pytest.approx(female_profile.f0_median_hz, rel=0.10)
+    assert base_f0 < 0.7 * female_profile.f0_median_hz  # the built-in voice is a low male voice
+    assert float(np.max(np.abs(matched))) <= 1.0
+
+    cached = female_profile.with_match(result)
+    assert cached.match is result and cached.sha256 == female_profile.sha256

@@ -1,0 +1,1 @@
+"""Evaluation scripts (``python -m voicelab eval ...``): print measured tables, never assert."""

