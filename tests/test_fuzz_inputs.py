@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import math
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,12 +159,11 @@ def _random_byte_cases() -> list[PromptCase]:
 def _truncated_cases() -> list[PromptCase]:
     cuts = [1, 2, 4, 8, 11, 12, 16, 20, 24, 28, 32, 36, 40, 43, 44, 45, 47, 100, 1001, 16044, 64000, -1]
     outcome = {c: ERROR for c in cuts if 0 < c <= 16044}  # under 1 s of speech is refused
-    return [
-        PromptCase(
-            f"truncated-wav-{cut}", lambda kit, cut=cut: _speech_wav(kit)[:cut], outcome.get(cut, OK), "voice prompt"
-        )
-        for cut in cuts
-    ]
+
+    def cut_at(cut: int) -> Callable[[Kit], bytes]:
+        return lambda kit: _speech_wav(kit)[:cut]
+
+    return [PromptCase(f"truncated-wav-{cut}", cut_at(cut), outcome.get(cut, OK), "voice prompt") for cut in cuts]
 
 
 def _header_cases() -> list[PromptCase]:
@@ -466,7 +465,7 @@ def test_prompt_case(case: PromptCase, speech: np.ndarray, tmp_path: Path) -> No
 
 # ---------------------------------------------------------------- text and control cases, through the engine
 
-SCRIPTS = {
+SCRIPTS: dict[str, Sequence[str]] = {
     "latin": "abcdefghijklmnopqrstuvwxyzàéîõüßçñ",
     "cjk": "你好世界今天天气很好漢字日本語テストかな",
     "arabic": "مرحبابالعالمكيفحالك",
@@ -493,7 +492,7 @@ class TextCase:
     audible: bool = True  # a success must be more than silence
 
 
-def _pick(rng: np.random.Generator, alphabet: str | list[str], count: int) -> str:
+def _pick(rng: np.random.Generator, alphabet: Sequence[str], count: int) -> str:
     return "".join(str(alphabet[int(i)]) for i in rng.integers(0, len(alphabet), count))
 
 
@@ -709,7 +708,8 @@ def test_engine_is_healthy_after_the_batch(engine: EngineClient, first_pid: int)
 
 def test_the_suite_is_big_and_broad() -> None:
     """At least 200 generated cases over the categories the issue lists."""
-    names = [c.name for c in (*PROMPT_CASES, *TEXT_CASES, *ENGINE_PROMPT_CASES)] + list(UNCHECKED_PROMPTS)
+    cases: list[PromptCase | TextCase] = [*PROMPT_CASES, *TEXT_CASES, *ENGINE_PROMPT_CASES]
+    names = [c.name for c in cases] + list(UNCHECKED_PROMPTS)
     assert len(names) == len(set(names)) and len(names) >= 200
     for category in ("random-bytes", "truncated-wav", "empty", "one-sample", "nan", "192k-8ch", "ten-minutes",
                      "under-limit", "over-limit", "named", "mp3", "ogg", "flac", "control-chars", "mixed-scripts",

@@ -105,6 +105,7 @@ class _FakeClient:
     [
         (_FakeJob(AppError("The engine is busy: 16 jobs are already waiting. Please try again in a moment.")), "busy"),
         (_FakeJob(AppError("Please type some text to speak.")), "error"),
+        (_FakeJob(AppError("busy\nTraceback (most recent call last): [Errno 11]")), "error"),
         (_FakeJob(TimeoutError()), "lost"),
         (_FakeJob(ConnectionError("reset by peer")), "lost"),
         (_FakeJob(None, ({"path": "/out/history/a.wav"}, "seed 5")), "ok"),

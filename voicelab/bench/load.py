@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import statistics
@@ -166,11 +167,16 @@ class Recorder:
             self.outcomes.append(outcome)
 
 
-def _audio_path(value: Any) -> str:
+def audio_path(value: Any) -> str:
     """The server-side file of a returned audio value (a FileData dict, an object with ``path``, or a str)."""
     if isinstance(value, dict):
         return str(value.get("path") or value.get("url") or "")
     return str(getattr(value, "path", value) or "")
+
+
+def is_clear_sentence(message: str) -> bool:
+    """What a user-facing refusal must look like: one short line ending in a period, nothing from a traceback."""
+    return len(message) < 200 and message.endswith(".") and not any(m in message for m in ("\n", "Errno", "Traceback"))
 
 
 def speak_once(client: Any, submission: Submission, timeout_s: float) -> Outcome:
@@ -181,14 +187,15 @@ def speak_once(client: Any, submission: Submission, timeout_s: float) -> Outcome
     try:
         audio, meta = job.result(timeout=timeout_s)
     except AppError as exc:
-        kind = "busy" if "busy" in str(exc.message).lower() else "error"
-        return Outcome(submission, kind, time.monotonic(), message=str(exc.message))
+        message = str(exc.message)
+        kind = "busy" if "busy" in message.lower() and is_clear_sentence(message) else "error"
+        return Outcome(submission, kind, time.monotonic(), message=message)
     except TimeoutError:
         job.cancel()
         return Outcome(submission, "lost", time.monotonic(), message=f"no answer in {timeout_s:.0f} s")
     except Exception as exc:  # a transport failure is a lost request, whatever its type
         return Outcome(submission, "lost", time.monotonic(), message=f"{type(exc).__name__}: {exc}")
-    path = _audio_path(audio)
+    path = audio_path(audio)
     if not path:
         return Outcome(submission, "error", time.monotonic(), meta=str(meta), message="no audio in the answer")
     return Outcome(submission, "ok", time.monotonic(), audio_path=path, meta=str(meta))
@@ -304,7 +311,7 @@ def window_rows(report: LoadReport, window_s: float) -> list[str]:
         done = [o for o in report.outcomes if lo <= o.finished_at < hi]
         latencies = sorted(o.latency_s for o in done if o.kind == "ok")
         p50 = f"{statistics.median(latencies):.2f}" if latencies else "—"
-        p95 = f"{latencies[int(0.95 * (len(latencies) - 1))]:.2f}" if latencies else "—"
+        p95 = f"{latencies[math.ceil(0.95 * len(latencies)) - 1]:.2f}" if latencies else "—"  # nearest rank
         times = [lo, *[p.at for p in report.polls if p.ok and lo <= p.at < hi], min(hi, report.ended_at)]
         gap = max((b - a for a, b in itertools.pairwise(times)), default=0.0)
         counts = Counter(o.kind for o in done)

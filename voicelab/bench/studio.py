@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,11 +58,24 @@ def free_port() -> int:
 class AppProcess:
     """``app.py`` in a child process; ``url`` once it printed its READY line."""
 
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None, timeout_s: float = 180.0) -> None:
+    def __init__(
+        self,
+        args: Sequence[str],
+        env: dict[str, str] | None = None,
+        timeout_s: float = 180.0,
+        preexec: Callable[[], None] | None = None,
+    ) -> None:
+        """``preexec`` runs in the child before app.py starts (the fault tests set resource limits there)."""
         self.port = free_port()
         command = [sys.executable, str(APP), "--host", "127.0.0.1", "--port", str(self.port), *args]
         self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=APP.parent
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=APP.parent,
+            preexec_fn=preexec,
         )
         self.lines: deque[str] = deque(maxlen=400)
         self.ready = False
