@@ -33,15 +33,25 @@ CALIBRATION_TEXT = (
     "She had your dark suit in greasy wash water all year. Don't ask me to carry an oily rag like that. "
     "The boy was there when the sun rose."
 )
+# Harvard sentences, two per text. Sixteen texts (about 300 words) keep the recogniser's word error rate
+# steady enough to compare matched with unmatched output: with eight, repeated runs differed by 10 points.
 EVAL_TEXTS = (
     "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background.",
     "It's easy to tell the depth of a well. These days a chicken leg is a rare dish.",
     "Rice is often served in round bowls. The juice of lemons makes fine punch.",
     "The box was thrown beside the parked truck. The hogs were fed chopped corn and garbage.",
+    "Four hours of steady work faced us. A large size in stockings is hard to sell.",
+    "A rod is used to catch pink salmon. The source of the huge river is the clear spring.",
+    "Kick the ball straight and follow through. Help the woman get back to her feet.",
+    "A pot of tea helps to pass the evening. Smoky fires lack flame and heat.",
+    "The soft cushion broke the man's fall. The salt breeze came across from the sea.",
     "The small pup gnawed a hole in the sock. The fish twisted and turned on the bent hook.",
     "Press the pants and sew a button on the vest. The swan dive was far short of perfect.",
     "The beauty of the view stunned the young boy. Her purse was full of useless trash.",
     "Two blue fish swam in the tank. The colt reared and threw the tall rider.",
+    "Hoist the load to your left shoulder. Take the winding path to reach the lake.",
+    "Note closely the size of the gas tank. Wipe the grease off his dirty face.",
+    "Mend the coat before you go out. The stray cat gave birth to kittens.",
 )
 F0_TOLERANCE = 0.10
 WER_TOLERANCE = 0.10
