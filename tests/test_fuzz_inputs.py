@@ -433,25 +433,7 @@ def kit_for(name: str, speech: np.ndarray, folder: Path) -> Kit:
     return Kit(speech, np.random.default_rng([SEED, index]), folder)
 
 
-# Decoding that yields no samples at all reaches the high-pass filter with an empty array (ValueError from
-# scipy) instead of a sentence. Fix in voice/intake.py: refuse ``len(audio) == 0`` right after ``_decode``.
-def known_bug(reason: str, raises: type[BaseException]) -> pytest.MarkDecorator:
-    """A strict xfail: the case starts failing (as XPASS) once the bug is fixed, so the mark gets removed."""
-    return pytest.mark.xfail(strict=True, raises=raises, reason=reason)
-
-
-EMPTY_DATA_BUG = known_bug("intake: a WAV with a header but no samples raises ValueError, not a sentence", ValueError)
-KNOWN_BUGS: dict[str, pytest.MarkDecorator] = {
-    name: EMPTY_DATA_BUG
-    for name in ("truncated-wav-43", "truncated-wav-44", "truncated-wav-45", "header-data-size-zero", "header-only-wav")
-}
-
-
-def with_known_bugs(cases: list[Any]) -> list[Any]:
-    return [pytest.param(c, marks=KNOWN_BUGS[c.name]) if c.name in KNOWN_BUGS else c for c in cases]
-
-
-@pytest.mark.parametrize("case", with_known_bugs(PROMPT_CASES), ids=lambda c: c.name)
+@pytest.mark.parametrize("case", PROMPT_CASES, ids=lambda c: c.name)
 def test_prompt_case(case: PromptCase, speech: np.ndarray, tmp_path: Path) -> None:
     source = case.build(kit_for(case.name, speech, tmp_path))
     prompt = expect(case.outcome, lambda: load_prompt(source, case.transcript), case.match)
@@ -594,12 +576,6 @@ def _control_cases() -> list[TextCase]:
 
 TEXT_CASES = [*_generated_text_cases(), *_fixed_text_cases(), *_control_cases()]
 
-# The engine passes the seed to torch.Generator.manual_seed, which overflows outside [-2**63, 2**64); the
-# worker then answers "Generation failed unexpectedly (ValueError: Overflow when unpacking long long)."
-# Fix in engine/core.py: check the seed like the other controls (InvalidSettingError naming the range).
-SEED_BUG = known_bug("engine: an out-of-range seed fails as an unexpected ValueError, not a sentence", AssertionError)
-KNOWN_BUGS |= {"control-seed=18446744073709551616": SEED_BUG, "control-seed=-1180591620717411303424": SEED_BUG}
-
 
 def plausible_seconds(text: str) -> float:
     """An upper bound on speech for ``text``: espeak reads symbols and emoji by name, so be generous."""
@@ -633,7 +609,7 @@ def check_result(result: SynthesisResult, request: SynthesisRequest, max_s: floa
         assert float(np.max(np.abs(result.audio))) > 0.01, "speech expected, got silence"
 
 
-@pytest.mark.parametrize("case", with_known_bugs(TEXT_CASES), ids=lambda c: c.name)
+@pytest.mark.parametrize("case", TEXT_CASES, ids=lambda c: c.name)
 def test_text_case(case: TextCase, engine: EngineClient, first_pid: int) -> None:
     request = SynthesisRequest(case.text, **{"seed": 7, **dict(case.controls)})
     result = expect(case.outcome, lambda: run_on(engine, request), case.match)
@@ -661,11 +637,6 @@ UNCHECKED_PROMPTS = {
     "engine-unchecked-prompt-silent": np.zeros(32000),
     "engine-unchecked-prompt-empty": np.zeros(0),
 }
-# The worker builds a speaker profile from whatever PromptAudio it is given; a silent or empty one ends in a
-# ValueError/PraatError that reaches the user as "Generation failed unexpectedly (...)" (> 200 characters).
-# Fix in engine/voicing.py (profile_for): refuse a prompt without usable speech with InvalidPromptError.
-UNCHECKED_BUG = known_bug("engine: a PromptAudio that skipped intake fails as an unexpected error", AssertionError)
-KNOWN_BUGS |= dict.fromkeys(UNCHECKED_PROMPTS, UNCHECKED_BUG)
 
 
 @pytest.mark.parametrize("case", ENGINE_PROMPT_CASES, ids=lambda c: c.name)
@@ -682,10 +653,7 @@ def test_prompt_through_engine(
     assert engine.status().worker_pid == first_pid
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=KNOWN_BUGS[n]) for n in UNCHECKED_PROMPTS],
-)
+@pytest.mark.parametrize("name", list(UNCHECKED_PROMPTS))
 def test_unchecked_prompt_through_engine(name: str, engine: EngineClient, first_pid: int) -> None:
     request = SynthesisRequest("Hello there.", seed=3, prompt=_unchecked_prompt(UNCHECKED_PROMPTS[name]))
     expect(ERROR, lambda: run_on(engine, request), "voice prompt")

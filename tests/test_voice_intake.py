@@ -106,7 +106,7 @@ def test_nan_samples_are_refused() -> None:
 
 
 def test_silence_is_refused() -> None:
-    with pytest.raises(InvalidPromptError, match="^The voice prompt is silent; please record someone speaking.$"):
+    with pytest.raises(InvalidPromptError, match=r"^The voice prompt is silent; please record someone speaking\.$"):
         load_prompt(_encode(np.zeros(32000, np.float32), 16000))
 
 

@@ -25,6 +25,7 @@ from voicelab.engine.messages import (
     ControlRequest,
     ErrorReply,
     Heartbeat,
+    JobAccepted,
     ProfileCacheStats,
     SegmentSnapshot,
     SynthesisRequest,
@@ -119,6 +120,7 @@ class EngineClient:
         self._ready: WorkerReady | None = None
         self._in_flight: _Job | _Control | None = None
         self._in_flight_since = 0.0
+        self._accepted = False  # the worker acknowledged the job in flight
         self._last_stats: AllocatorStats | None = None
         self._last_heartbeat = 0.0
         self._load_error: str | None = None
@@ -189,7 +191,7 @@ class EngineClient:
             return EngineStatus(
                 ready=self._ready is not None,
                 queue_length=len(self._jobs),
-                in_flight_job=in_flight.request.job_id if isinstance(in_flight, _Job) else None,
+                in_flight_job=in_flight.request.job_id if isinstance(in_flight, _Job) and self._accepted else None,
                 worker_pid=self._worker.pid if self._worker else 0,
                 restarts=self._restarts,
                 completed=self._completed,
@@ -293,7 +295,10 @@ class EngineClient:
             if self._worker is not None:
                 self._worker.kill()
             self._worker = None
-        if in_flight is not None:
+        if isinstance(in_flight, _Job) and not self._accepted:
+            with self._lock:  # the worker died before it had the job (e.g. killed while idle): run it on the next one
+                self._jobs.appendleft(in_flight)
+        elif in_flight is not None:
             self._finish(in_flight, error=WorkerCrashedError())
         with self._lock:
             # After a failed start, wait for work (or a restart request) instead of spinning.
@@ -386,7 +391,7 @@ class EngineClient:
                 return
             if not item.future.running() and not item.future.set_running_or_notify_cancel():
                 return  # cancelled by its caller while queued
-            self._in_flight, self._in_flight_since = item, time.monotonic()
+            self._in_flight, self._in_flight_since, self._accepted = item, time.monotonic(), False
         # A dead worker is noticed on the next loop, and the job then fails as a crash.
         with contextlib.suppress(OSError):
             self._worker.conn.send(item.request)
@@ -402,6 +407,12 @@ class EngineClient:
             worker.process.join(timeout=1.0)
 
     def _handle_message(self, message: Any) -> None:
+        if isinstance(message, JobAccepted):
+            in_flight = self._in_flight
+            if isinstance(in_flight, _Job) and in_flight.request.job_id == message.job_id:
+                with self._lock:
+                    self._accepted = True
+            return
         if isinstance(message, Heartbeat):
             self._last_heartbeat = time.monotonic()
             self._leak_warning = message.leak_warning

@@ -245,6 +245,13 @@ class WorkerReady:
 
 
 @dataclass(frozen=True)
+class JobAccepted:
+    """The worker has the job: from now on a worker death fails it; before, the job is simply requeued."""
+
+    job_id: str
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """Sent every second by the worker, also while a job runs."""
 

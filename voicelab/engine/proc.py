@@ -22,6 +22,7 @@ from voicelab.engine.messages import (
     ControlRequest,
     ErrorReply,
     Heartbeat,
+    JobAccepted,
     SynthesisRequest,
 )
 from voicelab.errors import VoiceLabError
@@ -102,6 +103,7 @@ def _serve(conn: Connection, core: Any, sender: _Sender, state: dict[str, str | 
             return
         if isinstance(message, SynthesisRequest):
             state["job"] = message.job_id
+            sender.send(JobAccepted(message.job_id))
             try:
                 sender.send(core.synthesize(message))
             except BaseException as exc:

@@ -42,8 +42,10 @@ def read_voice_config(path: str | Path, name: str = "") -> VoiceConfig:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BackendLoadError(f"The voice config {path} could not be read as JSON ({exc}).") from exc
     try:
+        if not isinstance(raw, dict):
+            raise TypeError(f"expected a JSON object, found {type(raw).__name__}")
         return _from_dict(raw, name or path.name.removesuffix(".onnx.json").removesuffix(".json"))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BackendLoadError(f"The voice config {path} is missing or has a bad field ({exc}).") from exc
 
 

@@ -60,9 +60,8 @@ def read_voice_weights(path: str | Path) -> VoiceWeights:
     try:
         graph = onnx.load(str(path)).graph
     except Exception as exc:  # onnx raises protobuf DecodeError, ValueError or OSError for bad files
-        raise BackendLoadError(
-            f"The voice model {path} is not a readable ONNX file; it may be corrupt ({exc})."
-        ) from exc
+        logger.warning("cannot parse voice model %s: %s", path, exc)
+        raise BackendLoadError(f"The voice model {path.name} is not a readable ONNX file; it may be corrupt.") from exc
 
     consumers: dict[str, list[tuple[str, str, int]]] = {}
     convs: dict[str, ConvSpec] = {}
