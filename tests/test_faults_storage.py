@@ -76,12 +76,8 @@ def app_without_outputs(tmp_path: Path) -> Iterator[AppProcess]:
         app.stop()
 
 
-# The handler returns the unsaved audio as (rate, samples), but Gradio then has to write it to its own temp
-# folder, which serving.configure_environment put inside the same unusable outputs folder, so the user gets
-# Gradio's "Could not postprocess output component ... [Errno 20] Not a directory: ..." instead of audio.
-# Fix in voicelab/ui/serving.py: when the outputs folder cannot be created or written, point GRADIO_TEMP_DIR at
-# a private temporary folder (and say on the page that generations are not being saved).
-@pytest.mark.xfail(strict=True, raises=AppError, reason="Gradio's temp folder lives in the unusable outputs folder")
+# Gradio's temp folder normally lives inside the outputs folder; when that folder cannot be made, serving moves
+# Gradio to a private temporary folder, so the unsaved audio can still be written there and played.
 def test_app_with_an_unwritable_outputs_folder_still_speaks(app_without_outputs: AppProcess) -> None:
     app = app_without_outputs
     assert "engine" in panel_html(app.url)
@@ -112,11 +108,8 @@ def app_on_full_disk(tmp_path: Path) -> Iterator[AppProcess]:
         app.stop()
 
 
-# On a full disk Gradio cannot write the returned audio either, so the best the app can do is one clear
-# sentence; today the user gets Gradio's postprocess error with "[Errno 27] File too large" and a path.
-# Fix in voicelab/ui/handlers.py (Studio.generate): when saving failed, write the WAV for Gradio itself and turn
-# an OSError into a StorageError such as "The disk is full: the audio could not be saved or played."
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a full disk reaches the user as Gradio's raw error")
+# On a full disk nothing can be written, not even the WAV Gradio would serve: the handler writes that WAV itself
+# and answers with one clear sentence instead of Gradio's postprocess error with an Errno and a path.
 def test_app_on_a_full_disk_answers_with_audio_or_one_sentence(app_on_full_disk: AppProcess) -> None:
     client = Client(app_on_full_disk.url, verbose=False, download_files=False)
     try:
