@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import resource
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import soundfile as sf
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
@@ -24,9 +26,12 @@ from tests.fixture_backends import SECONDS_PER_CHAR
 from voicelab.bench.load import audio_path
 from voicelab.bench.studio import AppProcess, panel_html
 from voicelab.engine.client import EngineClient
+from voicelab.engine.messages import SynthesisRequest
+from voicelab.errors import StorageError
 from voicelab.history import History
 from voicelab.settings import Settings
-from voicelab.ui.handlers import Studio
+from voicelab.ui.handlers import Studio, write_playable
+from voicelab.ui.serving import configure_environment, launch_options, serving_paths
 
 TONE = "tests.fixture_backends:ToneBackend"
 SPEAK = (1.0, 0.667, 0.8, 0.2, 11)  # speed, noise scale, noise w, silence, seed
@@ -76,12 +81,8 @@ def app_without_outputs(tmp_path: Path) -> Iterator[AppProcess]:
         app.stop()
 
 
-# The handler returns the unsaved audio as (rate, samples), but Gradio then has to write it to its own temp
-# folder, which serving.configure_environment put inside the same unusable outputs folder, so the user gets
-# Gradio's "Could not postprocess output component ... [Errno 20] Not a directory: ..." instead of audio.
-# Fix in voicelab/ui/serving.py: when the outputs folder cannot be created or written, point GRADIO_TEMP_DIR at
-# a private temporary folder (and say on the page that generations are not being saved).
-@pytest.mark.xfail(strict=True, raises=AppError, reason="Gradio's temp folder lives in the unusable outputs folder")
+# Gradio's temp folder normally lives inside the outputs folder; when that folder cannot be made, serving moves
+# Gradio to a private temporary folder, so the unsaved audio can still be written there and played.
 def test_app_with_an_unwritable_outputs_folder_still_speaks(app_without_outputs: AppProcess) -> None:
     app = app_without_outputs
     assert "engine" in panel_html(app.url)
@@ -112,11 +113,8 @@ def app_on_full_disk(tmp_path: Path) -> Iterator[AppProcess]:
         app.stop()
 
 
-# On a full disk Gradio cannot write the returned audio either, so the best the app can do is one clear
-# sentence; today the user gets Gradio's postprocess error with "[Errno 27] File too large" and a path.
-# Fix in voicelab/ui/handlers.py (Studio.generate): when saving failed, write the WAV for Gradio itself and turn
-# an OSError into a StorageError such as "The disk is full: the audio could not be saved or played."
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a full disk reaches the user as Gradio's raw error")
+# On a full disk nothing can be written, not even the WAV Gradio would serve: the handler writes that WAV itself
+# and answers with one clear sentence instead of Gradio's postprocess error with an Errno and a path.
 def test_app_on_a_full_disk_answers_with_audio_or_one_sentence(app_on_full_disk: AppProcess) -> None:
     client = Client(app_on_full_disk.url, verbose=False, download_files=False)
     try:
@@ -131,3 +129,40 @@ def test_app_on_a_full_disk_answers_with_audio_or_one_sentence(app_on_full_disk:
     finally:
         client.close()
     assert app_on_full_disk.process.poll() is None
+
+
+def test_unsaved_audio_is_written_into_gradios_cache(
+    engine: EngineClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "gradio"
+    studio = Studio(engine, History(tmp_path / "history"), engine.settings, cache_dir=cache)
+    monkeypatch.setattr("voicelab.history.os.fsync", _disk_full)
+    with pytest.warns(UserWarning, match="could not be saved"):
+        audio, _ = studio.speak("Played from the cache.", *SPEAK)
+    assert isinstance(audio, str) and Path(audio).is_relative_to(cache) and audio.endswith(".wav")
+    samples, rate = sf.read(audio)
+    assert len(samples) / rate == pytest.approx(len("Played from the cache.") * SECONDS_PER_CHAR, abs=0.01)
+    monkeypatch.undo()
+    blocked = tmp_path / "blocked"
+    blocked.write_text("not a folder", encoding="utf-8")
+    result = studio.generate(SynthesisRequest(text="Nowhere."), "speak").result
+    with pytest.raises(StorageError, match=r"^The audio could not be saved or played \(Not a directory\)\.$"):
+        write_playable(result, blocked / "cache")
+
+
+def test_an_unwritable_outputs_folder_moves_only_gradios_temp_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file", encoding="utf-8")
+    settings = Settings(backend=TONE, outputs_dir=str(blocker / "outputs"))
+    for name in ("GRADIO_TEMP_DIR", "GRADIO_EXAMPLES_CACHE", "GRADIO_ANALYTICS_ENABLED"):
+        monkeypatch.delenv(name, raising=False)
+    paths = configure_environment(settings)
+    assert os.environ["GRADIO_TEMP_DIR"] == str(paths.gradio_temp) and paths.gradio_temp.is_dir()
+    assert paths.gradio_temp.parent.name.startswith("voicelab-gradio-") and not paths.gradio_temp.is_relative_to(
+        blocker
+    )
+    assert "not saved" in paths.notice and "Not a directory" in paths.notice
+    assert launch_options(settings)["allowed_paths"] == [str(serving_paths(settings).history)]
+    shutil.rmtree(paths.gradio_temp.parent)

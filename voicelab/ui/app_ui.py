@@ -7,6 +7,7 @@ telemetry sampler for the resource panel. It imports no torch and loads no model
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,10 +50,14 @@ def build_ui(client: Engine, settings: Settings, telemetry: Any | None = None) -
     history = History(paths.history)
     history.sweep()
     handlers = Handlers(
-        Studio(client, history, settings, telemetry), HistoryBrowser(history), ResourcePanel(client, telemetry)
+        Studio(client, history, settings, telemetry, paths.gradio_temp),
+        HistoryBrowser(history),
+        ResourcePanel(client, telemetry),
     )
     with gr.Blocks(title="VoiceLab", analytics_enabled=False, delete_cache=(3600, 24 * 3600)) as demo:
         gr.Markdown("# VoiceLab\nVoice cloning and instruction-controlled speech that keeps running.")
+        if paths.notice:
+            gr.HTML(f'<p class="vl-warning">{html.escape(paths.notice)}</p>', elem_id="storage-notice")
         with gr.Row():
             with gr.Column(scale=3), gr.Tabs():
                 with gr.Tab("Speak", id="speak"):

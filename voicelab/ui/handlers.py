@@ -2,17 +2,25 @@
 
 Handlers are a few lines each. Errors the user can act on are ``VoiceLabError``s; :func:`shows_errors` turns
 them into ``gr.Error`` with exactly their sentence (no traceback). A failed save to history is not an error
-for the user: the audio is still returned and the status line says why it was not kept.
+for the user: the audio is still returned and the status line says why it was not kept. The unsaved audio is
+written as a WAV into Gradio's cache folder here (so Gradio does not copy it), which lets a failing write (a full
+disk) reach the user as one sentence instead of Gradio's postprocess error.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
+import hashlib
 import logging
+import os
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 import gradio as gr
@@ -28,7 +36,7 @@ from voicelab.errors import (
     StorageError,
     VoiceLabError,
 )
-from voicelab.history import History, HistoryEntry
+from voicelab.history import History, HistoryEntry, encode_wav
 from voicelab.instruct.controls import UNSPECIFIED, controls_to_style, resolve_style
 from voicelab.instruct.parser import ParsedInstruction
 from voicelab.instruct.presets import get_preset
@@ -44,6 +52,7 @@ R = TypeVar("R")
 AudioValue = str | tuple[int, np.ndarray]
 SPEED_LIMITS = (0.5, 2.0)
 MAX_TAKES = 4
+DISK_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 CONTROL_NAMES = ("age", "gender", "pitch", "pitch_variation", "volume", "speed", "emotion")  # controls_to_style order
 
 
@@ -140,12 +149,19 @@ class Studio:
     """Runs generations for every tab; one per app, holding the engine and the history folder."""
 
     def __init__(
-        self, engine: Engine, history: History, settings: Settings, timeline: JobTimeline | None = None
+        self,
+        engine: Engine,
+        history: History,
+        settings: Settings,
+        timeline: JobTimeline | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
+        """``cache_dir`` is Gradio's cache folder, where unsaved audio is written; ``None`` returns it as an array."""
         self.engine = engine
         self.history = history
         self.settings = settings
         self.timeline = timeline
+        self.cache_dir = cache_dir
 
     @property
     def wait_s(self) -> float:
@@ -172,6 +188,8 @@ class Studio:
             log.warning("generation %s not kept: %s", result.job_id, exc)
             gr.Warning(str(exc))
             notices = f"{notices} {exc}".strip()
+            if self.cache_dir is not None:
+                audio = str(write_playable(result, self.cache_dir))
         return Generation(result, audio, f"{status}\n\n{notices}".strip(), entry)
 
     @shows_errors
@@ -233,6 +251,30 @@ class Studio:
         players += [gr.update(value=None, visible=False) for _ in range(MAX_TAKES - count)]
         meta = "\n\n".join(f"take {i + 1}: {g.status}" for i, g in enumerate(done))
         return (*players, meta, describe_parsed(parsed))
+
+
+def write_playable(result: SynthesisResult, cache_dir: Path) -> Path:
+    """The WAV Gradio will serve, in its cache folder (named by content, like Gradio's own copies)."""
+    data = encode_wav(result.audio, result.sample_rate)
+    folder = cache_dir / hashlib.sha256(data).hexdigest()
+    target = folder / f"{result.job_id}.wav"
+    temp = ""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(temp, target)
+    except OSError as exc:
+        if temp:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+        log.warning("cannot write playable audio for %s: %s", result.job_id, exc)
+        if exc.errno in DISK_FULL:
+            raise StorageError("The disk is full: the audio could not be saved or played.") from exc
+        reason = exc.strerror or "unknown error"
+        raise StorageError(f"The audio could not be saved or played ({reason}).") from exc
+    return target
 
 
 def clone_figures(result: SynthesisResult, prompt: PromptAudio) -> str:

@@ -4,14 +4,17 @@ Gradio serves three kinds of files: paths in ``allowed_paths``, its upload/cache
 and its examples cache (``GRADIO_EXAMPLES_CACHE``, relative to the working directory by default). All three
 are pointed inside the outputs folder here, so ``/gradio_api/file=...`` can reach nothing else. The
 environment must be set before any component is built (components read ``GRADIO_TEMP_DIR`` when created),
-which is why ``build_ui`` calls :func:`configure_environment` first.
+which is why ``build_ui`` calls :func:`configure_environment` first. When the outputs folder cannot be written,
+Gradio gets a private temporary folder instead (it still serves only that and the history folder), so the
+app keeps speaking; generations are then not saved, and the page says so.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,7 @@ class ServingPaths:
     history: Path
     gradio_temp: Path
     examples_cache: Path
+    notice: str = ""  # set when the outputs folder cannot be written: shown on the page
 
 
 def serving_paths(settings: Settings) -> ServingPaths:
@@ -54,17 +58,37 @@ def serving_paths(settings: Settings) -> ServingPaths:
 
 
 def configure_environment(settings: Settings) -> ServingPaths:
-    """Point Gradio's folders inside outputs and switch analytics off; call before building components."""
+    """Point Gradio's folders inside outputs (or a private temp folder if outputs is unusable); no analytics."""
     paths = serving_paths(settings)
+    problem = unwritable_reason(paths.gradio_temp)
+    if problem:
+        private = Path(tempfile.mkdtemp(prefix="voicelab-gradio-"))
+        log.warning(
+            "cannot write Gradio's folder %s (%s); using %s, and generations will not be saved",
+            paths.gradio_temp,
+            problem,
+            private,
+        )
+        notice = f"The outputs folder {paths.outputs} cannot be written ({problem}), so generations are not saved."
+        paths = replace(paths, gradio_temp=private / "uploads", examples_cache=private / "examples", notice=notice)
+        paths.gradio_temp.mkdir()
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
     os.environ["GRADIO_TEMP_DIR"] = str(paths.gradio_temp)
     os.environ["GRADIO_EXAMPLES_CACHE"] = str(paths.examples_cache)
     os.environ.pop("GRADIO_ALLOWED_PATHS", None)  # only launch_options decides what is served
-    try:
-        paths.gradio_temp.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        log.warning("cannot create Gradio's upload folder %s: %s", paths.gradio_temp, exc)
     return paths
+
+
+def unwritable_reason(folder: Path) -> str:
+    """Why ``folder`` cannot be created or take a small file (the OS's words), or "" when it can."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder) as probe:
+            probe.write(b"voicelab")
+            probe.flush()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
 
 
 def parse_auth(auth: str) -> tuple[str, str] | None:
