@@ -222,6 +222,29 @@ def piper_onnx_synthesizer() -> Synthesize:
     return synthesize
 
 
+def piper_torch_synthesizer(device: str = "cpu") -> Synthesize:
+    """The built-in voice through our PyTorch backend, as the engine runs it (no matching, no style)."""
+    from voicelab.backends.base import VitsControls
+    from voicelab.backends.piper.backend import PiperBackend
+    from voicelab.engine.pipeline import synthesize_text
+
+    backend = PiperBackend()
+    backend.load(device, "float32")
+
+    def synthesize(text: str) -> tuple[np.ndarray, int]:
+        with torch.inference_mode():
+            draft = synthesize_text(backend, text, VitsControls(), 0.2, None)
+        return draft.audio, draft.sample_rate
+
+    return synthesize
+
+
+SYNTHESIZERS: dict[str, Callable[[str], Synthesize]] = {
+    "torch": piper_torch_synthesizer,
+    "onnxruntime": lambda device: piper_onnx_synthesizer(),
+}
+
+
 def _read_texts(path: str | None) -> tuple[str, ...]:
     if path is None:
         return EVAL_TEXTS
@@ -235,6 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--texts", default=None, help="file with one English text per line (default: built in)")
     parser.add_argument("--device", default="cpu", help="device for the speaker encoder")
     parser.add_argument("--threads", type=int, default=1, help="PyTorch CPU threads (1 is fastest on a busy CPU)")
+    parser.add_argument(
+        "--runtime", choices=sorted(SYNTHESIZERS), default="torch", help="which runtime speaks the built-in voice"
+    )
     args = parser.parse_args(argv)
     if not Path(args.prompts).is_dir():
         parser.error(f"--prompts {args.prompts} is not a folder")
@@ -243,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--texts {args.texts} has no text")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    report = evaluate(args.prompts, texts, piper_onnx_synthesizer(), encoder=SpeakerEncoder(args.device))
+    synthesize = SYNTHESIZERS[args.runtime](args.device)
+    report = evaluate(args.prompts, texts, synthesize, encoder=SpeakerEncoder(args.device))
     print(format_report(report))
     return 0
