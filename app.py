@@ -16,6 +16,7 @@ from collections.abc import Sequence
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from voicelab.engine.client import EngineClient
+from voicelab.errors import BackendLoadError
 from voicelab.settings import Settings, add_arguments, from_arguments
 from voicelab.telemetry.host import HostSampler
 from voicelab.telemetry.nvml import NvmlSampler
@@ -31,11 +32,8 @@ def parse_settings(argv: Sequence[str] | None) -> Settings:
     return from_arguments(parser.parse_args(argv))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    logging.basicConfig(
-        level=os.environ.get("VOICELAB_LOG_LEVEL", "INFO"), format="%(levelname)s %(name)s: %(message)s"
-    )
-    settings = parse_settings(argv)
+def serve(settings: Settings, quiet: bool = False) -> None:
+    """Start engine, telemetry and UI; print one READY line once the worker is ready (or failed to load)."""
     from voicelab.ui.app_ui import build_ui
     from voicelab.ui.serving import launch_options
 
@@ -50,14 +48,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     client.add_stats_listener(telemetry.push_allocator)
     telemetry.start()
     try:
+        # The page is up while the worker loads; it shows the engine's state, or why the voice failed to load.
         demo = build_ui(client, settings, telemetry)
-        # The UI comes up at once; it shows the engine's state (loading, ready, or why the voice failed to load).
-        demo.launch(prevent_thread_lock=True, **launch_options(settings))
+        demo.launch(prevent_thread_lock=True, quiet=quiet, **launch_options(settings))
+        try:
+            client.wait_ready()
+        except (BackendLoadError, TimeoutError) as exc:
+            log.error("the engine is not ready: %s", exc)
         print(f"VOICELAB READY http://{settings.host}:{settings.port}", flush=True)
         demo.block_thread()
     finally:
         telemetry.stop()
         client.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    level = os.environ.get("VOICELAB_LOG_LEVEL", "INFO")
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    serve(parse_settings(argv))
 
 
 if __name__ == "__main__":
