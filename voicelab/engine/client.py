@@ -81,6 +81,7 @@ class EngineStatus:
     leak_warning: str | None
     last_auto_clean: CleanReport | None
     profile_cache: ProfileCacheStats | None = None
+    model_loaded: bool = True
 
 
 @dataclass
@@ -127,6 +128,7 @@ class EngineClient:
         self._leak_warning: str | None = None
         self._last_auto_clean: CleanReport | None = None
         self._profile_cache: ProfileCacheStats | None = None
+        self._model_loaded = True
         self._restarts = 0
         self._completed = 0
         self._failed = 0
@@ -203,6 +205,7 @@ class EngineClient:
                 leak_warning=self._leak_warning,
                 last_auto_clean=self._last_auto_clean,
                 profile_cache=self._profile_cache,
+                model_loaded=self._model_loaded,
             )
 
     def add_stats_listener(self, listener: Callable[[AllocatorStats], None]) -> None:
@@ -417,6 +420,7 @@ class EngineClient:
             self._last_heartbeat = time.monotonic()
             self._leak_warning = message.leak_warning
             self._profile_cache = message.profile_cache
+            self._model_loaded = message.model_loaded
             self._record_stats(message.stats)
             return
         in_flight = self._in_flight

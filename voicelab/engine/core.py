@@ -75,6 +75,7 @@ class EngineCore:
         self.voice = VoiceStage(self.device, settings.profile_cache_size)
         self._extra_cleanups: list[tuple[str, Callable[[], None]]] = [("speaker profiles", self.voice.clear_profiles)]
         self.warm_up()
+        self.loaded = True
         self.load_s = time.perf_counter() - started
         self.leak_warning: str | None = None
         self.leak_watch = memory.LeakWatch(int(settings.leak_warn_mib * 2**20))
@@ -99,8 +100,26 @@ class EngineCore:
         with self.grad_mode():
             synthesize_text(self.backend, WARMUP_TEXT, VitsControls(), 0.0, None)
 
+    def offload(self) -> None:
+        """Give the device memory back while idle; the next job loads the model again."""
+        if not self.loaded:
+            return
+        self.voice.unload()
+        self.backend.unload()
+        memory.clean_device_cache(self.device, ())
+        self.loaded = False
+        log.info("model offloaded after being idle")
+
+    def _ensure_loaded(self) -> None:
+        if not self.loaded:
+            self.backend.load(self.device, self.dtype)
+            self.warm_up()
+            self.loaded = True
+            log.info("model loaded again")
+
     def synthesize(self, request: SynthesisRequest) -> SynthesisResult:
         started = time.perf_counter()
+        self._ensure_loaded()
         text = clean_text(request.text, self.settings.max_text_chars)
         for name in ("length_scale", "noise_scale", "noise_w", "sentence_silence_s"):
             check_control(name, getattr(request, name))

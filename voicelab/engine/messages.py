@@ -259,3 +259,4 @@ class Heartbeat:
     busy_job_id: str | None
     leak_warning: str | None = None
     profile_cache: ProfileCacheStats | None = None
+    model_loaded: bool = True

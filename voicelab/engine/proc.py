@@ -53,6 +53,7 @@ def _heartbeat_loop(core: Any, sender: _Sender, state: dict[str, str | None], st
                     stats=core.stats(),
                     busy_job_id=state["job"],
                     leak_warning=core.leak_warning,
+                    model_loaded=core.loaded,
                     profile_cache=core.voice.cache_stats(),
                 )
             )
@@ -96,8 +97,12 @@ def worker_main(conn: Connection, settings: Settings) -> None:
 
 
 def _serve(conn: Connection, core: Any, sender: _Sender, state: dict[str, str | None]) -> None:
+    idle_s = core.settings.idle_offload_minutes * 60
     while True:
         try:
+            if idle_s > 0 and core.loaded and not conn.poll(idle_s):
+                core.offload()
+                continue
             message = conn.recv()
         except (EOFError, OSError):
             return

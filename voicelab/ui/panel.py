@@ -116,6 +116,8 @@ def _bars(sample: MemorySample | None, stats: AllocatorStats | None) -> list[str
 def _engine_line(status: EngineStatus) -> str:
     worker = status.worker
     state = "ready" if status.ready else ("failed to load" if status.load_error else "starting")
+    if status.ready and not status.model_loaded:
+        state = "ready (model offloaded while idle; the next job loads it)"
     where = f"{worker.backend} on {worker.device} ({worker.dtype})" if worker else "no worker yet"
     cache = status.profile_cache
     profiles = (
