@@ -147,7 +147,7 @@ class PiperBackend:
                 )
                 wave_np, n_np = wave[:, 0].cpu().numpy(), wave_lengths.cpu().numpy()
                 for row, i in enumerate(batch):
-                    audio[i] = np.ascontiguousarray(wave_np[row, : n_np[row]], dtype=np.float32)
+                    audio[i] = wave_np[row, : n_np[row]].copy()  # not a view that keeps the whole batch alive
         return audio
 
     @property
