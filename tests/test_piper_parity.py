@@ -90,7 +90,10 @@ def test_seeded_noise_is_reproducible_and_scales_apply(
     assert first.shape != other.shape or not np.allclose(first, other)
     slow = backend.synthesize([ids], VitsControls(noise_scale=0.0, length_scale=1.5, noise_w=0.0), None)[0]
     normal = backend.synthesize([ids], DETERMINISTIC, None)[0]
-    assert 1.25 < len(slow) / len(normal) < 1.75  # durations are rounded up per phoneme
+    fast = backend.synthesize([ids], VitsControls(noise_scale=0.0, length_scale=0.625, noise_w=0.0), None)[0]
+    # The length scale is the duration ratio, although every phoneme's duration is still rounded up to a frame.
+    assert len(slow) / len(normal) == pytest.approx(1.5, abs=0.02)
+    assert len(fast) / len(normal) == pytest.approx(0.625, abs=0.02)
 
 
 @pytest.mark.gpu

@@ -233,7 +233,7 @@ class VitsModel(nn.Module):
 
         noise = _noise((b, 2, t), noise_w, generator, x)
         logw = self.dp(x, mask, noise, g)
-        durations = torch.ceil(torch.exp(logw) * mask * length_scale).squeeze(1)  # frames per phoneme [B, T]
+        durations = scaled_durations((torch.exp(logw) * mask).squeeze(1), length_scale)  # frames per phoneme [B, T]
         index, covered, frame_lengths = _frames_to_phonemes(durations)
         frame_mask = (torch.arange(covered.shape[-1], device=ids.device) < frame_lengths.unsqueeze(1)).unsqueeze(1)
         frame_mask = frame_mask.float()  # [B, 1, T_y]
@@ -285,6 +285,29 @@ def _noise(
         return torch.zeros(shape, dtype=like.dtype, device=like.device)
     device = generator.device if generator is not None else like.device
     return torch.randn(shape, generator=generator, dtype=like.dtype, device=device).to(like.device) * scale
+
+
+def scaled_durations(w: torch.Tensor, length_scale: float, steps: int = 24) -> torch.Tensor:
+    """Frames per phoneme [B, T] from predicted durations ``w`` [B, T] (zero where padded).
+
+    Piper takes ceil(w * length_scale); about half the tokens are blanks predicted under one frame, which round
+    up to one frame at any scale, so "twice as slow" came out ~1.5x and "slowly" (1.33x) ~1.2x. Here the scale is
+    searched per item (bisection) so the total stays length_scale times the unscaled total, each token still
+    rounded up. At length_scale 1 this is exactly Piper's ceil(w).
+    """
+    base = torch.ceil(w)
+    if length_scale == 1.0:
+        return base
+    target = base.sum(-1, keepdim=True) * length_scale  # [B, 1]
+    low = torch.zeros_like(target)
+    # At this scale the unrounded total alone reaches the target, so it is a valid upper bound.
+    high = length_scale * base.sum(-1, keepdim=True) / w.sum(-1, keepdim=True).clamp_min(1e-6) + 1e-6
+    for _ in range(steps):
+        middle = (low + high) / 2
+        short = torch.ceil(w * middle).sum(-1, keepdim=True) < target
+        low = torch.where(short, middle, low)
+        high = torch.where(short, high, middle)
+    return torch.ceil(w * high)
 
 
 def _frames_to_phonemes(durations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
