@@ -62,7 +62,7 @@ def _run_synth(args: argparse.Namespace) -> int:
     prompt, parsed = _prompt_and_instruction(args)  # before torch is imported: a bad prompt fails fast
 
     from voicelab.engine.core import EngineCore
-    from voicelab.engine.pipeline import clean_text
+    from voicelab.engine.validation import clean_text
 
     clean_text(args.text, settings.max_text_chars)  # refuse bad text before the model loads
     request = SynthesisRequest(

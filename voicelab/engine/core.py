@@ -29,7 +29,8 @@ from voicelab.engine.messages import (
     SynthesisResult,
     WorkerReady,
 )
-from voicelab.engine.pipeline import check_control, clean_text, synthesize_text
+from voicelab.engine.pipeline import synthesize_text
+from voicelab.engine.validation import check_control, clean_text
 from voicelab.engine.voicing import VoiceStage
 from voicelab.errors import BackendLoadError, InvalidSettingError
 from voicelab.instruct.render import style_adjust

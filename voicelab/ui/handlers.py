@@ -28,10 +28,10 @@ import numpy as np
 
 from voicelab.engine.client import EngineStatus, RestartReport
 from voicelab.engine.messages import CleanReport, PromptAudio, SegmentSnapshot, SynthesisRequest, SynthesisResult
+from voicelab.engine.validation import clean_text
 from voicelab.errors import (
     InvalidPromptError,
     InvalidSettingError,
-    InvalidTextError,
     JobTimeoutError,
     StorageError,
     VoiceLabError,
@@ -90,19 +90,6 @@ def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
             raise gr.Error(str(exc), print_exception=False) from exc
 
     return wrapper
-
-
-def checked_text(text: str | None, max_chars: int) -> str:
-    """Refuse empty or over-long text here, before it takes a place in the engine's queue."""
-    stripped = (text or "").strip()
-    if not stripped:
-        raise InvalidTextError("Please type some text to speak.")
-    if len(stripped) > max_chars:
-        raise InvalidTextError(
-            f"The text is {len(stripped):,} characters long; the limit is {max_chars:,}. "
-            "Please shorten it or split it up."
-        )
-    return stripped
 
 
 def length_scale_for(speed: float | None) -> float | None:
@@ -198,7 +185,7 @@ class Studio:
     ) -> tuple[AudioValue, str]:
         """The Speak tab's Generate button."""
         request = SynthesisRequest(
-            text=checked_text(text, self.settings.max_text_chars),
+            text=clean_text(text or "", self.settings.max_text_chars),
             length_scale=length_scale_for(speed),
             noise_scale=noise_scale,
             noise_w=noise_w,
@@ -221,7 +208,7 @@ class Studio:
         seed: float | None,
     ) -> tuple[AudioValue, str, str]:
         """The Clone tab's button: validate the prompt here (its sentence comes at once), then generate."""
-        text = checked_text(text, self.settings.max_text_chars)
+        text = clean_text(text or "", self.settings.max_text_chars)
         if not prompt_path:
             raise InvalidPromptError("Please upload or record a voice prompt first.")
         prompt = load_prompt(prompt_path, (transcript or "").strip(), max_bytes=self.settings.max_upload_mb * 2**20)
@@ -240,7 +227,7 @@ class Studio:
     @shows_errors
     def design(self, text: str, takes: float, instruction: str, *choices: str | None) -> tuple[Any, ...]:
         """The Design tab's Generate: one resolved style, ``takes`` generations with fresh seeds."""
-        text = checked_text(text, self.settings.max_text_chars)
+        text = clean_text(text or "", self.settings.max_text_chars)
         parsed = resolve_style(instruction or "", controls_to_style(*choices))
         count = min(max(int(takes), 1), MAX_TAKES)
         done = [
