@@ -70,18 +70,13 @@ def workload(n: int, prompts: int, seed: int = 0, max_chars: int = 400, prompt_e
     return out
 
 
-def _nvml_used_by(pid: int) -> int | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if proc.pid == pid and proc.usedGpuMemory is not None:
-                return int(proc.usedGpuMemory)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-    except Exception:  # no NVML here (CPU machine) or no permission: the column shows "-"
+def _nvml_used_by(nvml: Any, pid: int) -> int | None:
+    """NVML memory of this process (the device's used memory if NVML does not list it); None without NVML."""
+    figures = nvml.sample([pid])
+    if figures is None:
         return None
+    used = figures.used_by(pid)
+    return figures.used if used is None else used
 
 
 def _naive_core(core: Any) -> Any:
@@ -124,7 +119,10 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
     from voicelab.engine.core import EngineCore
     from voicelab.engine.messages import SynthesisRequest
     from voicelab.settings import Settings
+    from voicelab.telemetry.nvml import NvmlSampler
     from voicelab.voice.intake import load_prompt
+
+    nvml = NvmlSampler()
 
     settings = Settings(device=args.device, dtype=args.dtype, voice_path=args.voice, job_timeout_s=1e9)
     core = EngineCore(settings)
@@ -161,7 +159,7 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
                     allocated=stats.allocated,
                     reserved=stats.reserved,
                     fragmentation=stats.fragmentation,
-                    nvml_used=_nvml_used_by(os.getpid()),
+                    nvml_used=_nvml_used_by(nvml, os.getpid()),
                     rss=psutil.Process().memory_info().rss,
                 )
             )
