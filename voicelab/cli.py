@@ -1,7 +1,7 @@
 """Command line: ``python -m voicelab synth|bench|eval ...``.
 
-``synth`` runs the engine core in this process (no worker) and prints one JSON line; errors print one
-sentence on stderr and exit non-zero.
+``synth`` goes through the generation service with the engine in this process (no worker) and prints one JSON
+line; errors print one sentence on stderr and exit non-zero.
 """
 
 from __future__ import annotations
@@ -14,14 +14,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from voicelab.errors import VoiceLabError
-from voicelab.instruct.style import Style
-
-if TYPE_CHECKING:
-    from voicelab.engine.messages import PromptAudio
-    from voicelab.instruct.parser import ParsedInstruction
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +35,13 @@ def _synth_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--backend", default="piper", help="backend name (default: the built-in voices)")
     p.add_argument("--voice", default="", help="path to a Piper voice .onnx (default: built-in en_US-joe-medium)")
-    p.add_argument("--length-scale", type=float)
-    p.add_argument("--noise-scale", type=float)
-    p.add_argument("--noise-w", type=float)
+    p.add_argument("--language", default="auto", help="auto, en or zh")
+    p.add_argument("--speed", type=float, default=1.0, help="speaking-rate multiplier (0.25-4)")
+    p.add_argument(
+        "--option", action="append", default=[], metavar="NAME=VALUE", help="a backend option, e.g. noise_scale=0.5"
+    )
     p.add_argument("--sentence-silence", type=float, default=0.2)
     p.add_argument("--seed", type=int)
     p.add_argument("--prompt", type=Path, help="voice prompt clip to clone (wav, flac, ogg, mp3)")
@@ -52,50 +49,54 @@ def _synth_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--instruct", default="", help='style instruction, e.g. "slowly, in a warm low voice"')
 
 
+def _options(pairs: list[str]) -> dict[str, float]:
+    options: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--option takes NAME=VALUE, got {pair!r}")
+        options[name.strip()] = float(value)
+    return options
+
+
 def _run_synth(args: argparse.Namespace) -> int:
+    """Through the same generation service as the UI, with the engine in this process (no worker)."""
     import soundfile as sf
 
-    from voicelab.engine.messages import SynthesisRequest
-    from voicelab.settings import from_environment
-
-    settings = replace(from_environment(), device=args.device, dtype=args.dtype, voice_path=args.voice)
-    prompt, parsed = _prompt_and_instruction(args)  # before torch is imported: a bad prompt fails fast
-
-    from voicelab.engine.core import EngineCore
     from voicelab.engine.validation import clean_text
+    from voicelab.settings import from_environment
+    from voicelab.studio import GenerationRequest, GenerationService
+    from voicelab.voice.intake import load_prompt
 
-    clean_text(args.text, settings.max_text_chars)  # refuse bad text before the model loads
-    request = SynthesisRequest(
-        text=args.text,
-        length_scale=args.length_scale,
-        noise_scale=args.noise_scale,
-        noise_w=args.noise_w,
-        sentence_silence_s=args.sentence_silence,
-        seed=args.seed,
-        prompt=prompt,
-        style=parsed.style if parsed else Style(),
-        instruction=args.instruct,
+    settings = replace(
+        from_environment(), device=args.device, dtype=args.dtype, backend=args.backend, voice_path=args.voice
     )
-    core = EngineCore(settings)
-    result = core.synthesize(request)
+    request = GenerationRequest(
+        text=args.text,
+        kind="cli",
+        language=args.language,
+        # Intake (the prompt's own validator) before the model loads, so a bad clip fails fast.
+        prompt=load_prompt(args.prompt, args.prompt_text) if args.prompt is not None else None,
+        instruction=args.instruct,
+        speed=args.speed,
+        seed=args.seed,
+        sentence_silence_s=args.sentence_silence,
+        options=_options(args.option),
+    )
+    clean_text(args.text, settings.max_text_chars)  # refuse bad text before the model loads
+    from voicelab.engine.inproc import InprocClient
+
+    with InprocClient(settings) as engine:
+        generation = GenerationService(engine, None, settings).generate(request)
+    result = generation.first.result
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sf.write(str(args.out), result.audio, result.sample_rate, subtype="PCM_16")
     line = result.metrics()
     line["out"] = str(args.out)
-    if parsed is not None:
-        line["not_understood"] = list(parsed.not_understood)
+    if args.instruct:
+        line["not_understood"] = list(generation.parsed.not_understood)
     print(json.dumps(line, ensure_ascii=False))
     return 0
-
-
-def _prompt_and_instruction(args: argparse.Namespace) -> tuple[PromptAudio | None, ParsedInstruction | None]:
-    """Prompt intake and instruction parsing (once) happen before the engine, as in the UI."""
-    from voicelab.instruct.parser import parse_instruction
-    from voicelab.voice.intake import load_prompt
-
-    prompt = load_prompt(args.prompt, transcript=args.prompt_text) if args.prompt is not None else None
-    parsed = parse_instruction(args.instruct) if args.instruct else None
-    return prompt, parsed
 
 
 def _delegate(table: dict[str, str], name: str, rest: list[str]) -> int:

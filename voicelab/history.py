@@ -30,7 +30,7 @@ from voicelab.errors import StorageError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: settings hold speed, language and the backend's options (1: VITS scales)
 ENTRY_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{12}$")
 STALE_TEMP_S = 3600.0
 
@@ -75,9 +75,9 @@ def _sidecar(
         "prompt_sha256": request.prompt.sha256 if request.prompt is not None else None,
         "backend": result.backend,
         "settings": {
-            "length_scale": request.length_scale,
-            "noise_scale": request.noise_scale,
-            "noise_w": request.noise_w,
+            "language": result.language or request.language,
+            "speed": request.speed,
+            "options": dict(request.options),
             "sentence_silence_s": request.sentence_silence_s,
             "seed": result.seed,
             "device": result.device,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,10 @@ class Settings:
 
     host: str = "127.0.0.1"
     port: int = 7860
-    backend: str = "piper"
-    voice_path: str = ""  # empty: the built-in en_US-joe-medium voice
+    backend: str = "piper"  # a name in voicelab.backends.registry.BACKENDS, or "module:factory"
+    voice_path: str = ""  # piper: a voice .onnx; empty: the built-in en_US-joe-medium voice
+    model_dir: str = ""  # backends that load a model directory (e.g. CosyVoice)
+    backend_options: str = ""  # "name=value,name=value": backend-specific settings, read by its factory
     device: str = "auto"  # auto, cpu or cuda[:N]
     dtype: str = "float32"  # float32, bfloat16 or float16
     queue_size: int = 16
@@ -33,11 +35,18 @@ class Settings:
     idle_offload_minutes: float = 0.0  # 0 disables offloading an idle model
     leak_warn_mib: float = 64.0
     torch_threads: int = 0  # 0: PyTorch's default
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def outputs_path(self) -> Path:
         return Path(self.outputs_dir).resolve()
+
+    def backend_option(self, name: str, default: str = "") -> str:
+        """One "name=value" entry of ``backend_options`` (``default`` when absent)."""
+        for item in self.backend_options.split(","):
+            key, _, value = item.partition("=")
+            if key.strip() == name:
+                return value.strip()
+        return default
 
 
 def _coerce(kind: Any, raw: str) -> Any:
@@ -57,7 +66,7 @@ def from_environment(base: Settings | None = None, environ: dict[str, str] | Non
     changes: dict[str, Any] = {}
     for f in fields(Settings):
         key = f"VOICELAB_{f.name.upper()}"
-        if key in environ and f.name != "extra":
+        if key in environ:
             changes[f.name] = _coerce(f.type, environ[key])
     return replace(base, **changes)
 
@@ -65,8 +74,6 @@ def from_environment(base: Settings | None = None, environ: dict[str, str] | Non
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for every scalar setting, e.g. ``--queue-size 8``; defaults come from the environment."""
     for f in fields(Settings):
-        if f.name == "extra":
-            continue
         flag = "--" + f.name.replace("_", "-")
         parser.add_argument(flag, dest=f.name, default=None, type=functools.partial(_coerce, f.type))
 
@@ -74,8 +81,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def from_arguments(namespace: argparse.Namespace, base: Settings | None = None) -> Settings:
     settings = from_environment(base)
     changes = {
-        f.name: getattr(namespace, f.name)
-        for f in fields(Settings)
-        if getattr(namespace, f.name, None) is not None and f.name != "extra"
+        f.name: getattr(namespace, f.name) for f in fields(Settings) if getattr(namespace, f.name, None) is not None
     }
     return replace(settings, **changes)

@@ -1,47 +1,127 @@
-"""The small protocol every synthesis backend implements (tensor in, audio out)."""
+"""The protocol every synthesis backend implements, and the typed request it receives.
+
+A backend is handed the whole request (text, language, prompt audio and transcript, style, instruction,
+speed, seed, its own options) and yields audio chunks as they are ready. It declares what it can do in
+``Capabilities``; the engine adds voice matching and signal-level styling only where a backend lacks the
+native ability. Torch-free, so the server process can read these types without loading a model.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 import numpy as np
-import torch
 
-from voicelab.engine.messages import Capabilities
+from voicelab.instruct.style import Style
+from voicelab.voice.prompt import PromptAudio
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class VitsControls:
-    """Sampling controls; ``None`` means the voice's default from its config."""
+class OptionSpec:
+    """A backend-specific numeric control (e.g. Piper's noise scale), with the limits the validator enforces.
 
-    length_scale: float | None = None
-    noise_scale: float | None = None
-    noise_w: float | None = None
+    ``default`` is shown in the UI; a request that leaves the option out gets the voice's own default.
+    """
+
+    name: str
+    label: str
+    low: float
+    high: float
+    default: float
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, read by the engine (which stages to add) and the front ends (what to show).
+
+    languages: ISO 639-1 codes it speaks ("en", "zh").
+    native_cloning: it conditions on the prompt itself (no signal-level matching is added).
+    native_instructions: it renders style and instruction itself (no DSP styling is added).
+    streaming: it yields more than one chunk for long text, the first before the rest is made.
+    dtypes: the dtypes ``load`` accepts. options: its own numeric controls.
+    """
+
+    languages: tuple[str, ...]
+    sample_rate: int
+    native_cloning: bool = False
+    native_instructions: bool = False
+    streaming: bool = False
+    dtypes: tuple[str, ...] = ("float32",)
+    options: tuple[OptionSpec, ...] = ()
+
+    def option(self, name: str) -> OptionSpec | None:
+        return next((spec for spec in self.options if spec.name == name), None)
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """What a backend is asked to say, already validated by the engine.
+
+    text: cleaned text. language: the resolved language of this text (one of the backend's).
+    speed: speaking-rate multiplier (1 = the voice's own, 2 = twice as fast); a style's speed is already in it
+    when the backend lacks native instructions. seed: for every random choice the model makes.
+    prompt: the voice to clone; only given to backends with native cloning.
+    style / instruction: only meaningful to backends with native instructions.
+    sentence_silence_s: silence between sentences, which the backend puts at the start of every chunk but the first.
+    options: values for the backend's ``OptionSpec``s by name; a missing name means the voice's default.
+    """
+
+    text: str
+    language: str
+    speed: float = 1.0
+    seed: int = 0
+    prompt: PromptAudio | None = None
+    style: Style = field(default_factory=Style)
+    instruction: str = ""
+    sentence_silence_s: float = 0.2
+    options: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """A piece of the output, in order: float32 mono samples in [-1, 1] and the text it speaks."""
+
+    audio: np.ndarray
+    sample_rate: int
+    text: str = ""
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+
+class MemoryGuard(Protocol):
+    """How a backend runs one device batch: the engine retries ``pieces`` after an out-of-memory error."""
+
+    def __call__(self, full: Callable[[], T], pieces: Callable[[], T]) -> T: ...
+
+
+def run_plainly(full: Callable[[], T], pieces: Callable[[], T]) -> T:
+    """A MemoryGuard that just runs the full batch (calibration, tools, tests)."""
+    return full()
 
 
 class Backend(Protocol):
+    """A model behind VoiceLab's engine; see ``voicelab.backends.registry`` for how one is added."""
+
     name: str
-
-    def load(self, device: str, dtype: str) -> None: ...
-
-    def unload(self) -> None: ...
 
     @property
     def capabilities(self) -> Capabilities: ...
 
-    @property
-    def defaults(self) -> VitsControls:
-        """The voice's default controls (so styles can scale them)."""
+    def load(self, device: str, dtype: str) -> None:
+        """Read the weights and move them to ``device`` in ``dtype`` (one of ``capabilities.dtypes``)."""
         ...
 
-    def text_to_sentences(self, text: str) -> list[Sequence[int]]:
-        """Split text into sentences of model input ids; raises InvalidTextError if nothing can be voiced."""
+    def unload(self) -> None:
+        """Drop the model so its device memory can be returned."""
         ...
 
-    def synthesize(
-        self, sentences: Sequence[Sequence[int]], controls: VitsControls, generator: torch.Generator | None
-    ) -> list[np.ndarray]:
-        """One float32 waveform per sentence, computed as one padded batch (or a few)."""
+    def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
+        """Chunks whose concatenation is the whole utterance; raises InvalidTextError if nothing can be voiced."""
         ...

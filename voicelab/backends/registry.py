@@ -1,19 +1,28 @@
-"""Backends by name. A value is "module:attribute" so the spawned worker can import it itself."""
+"""Backends by name: adding one is a package under ``voicelab/backends/`` plus one line here.
+
+A value is "module:factory" so the spawned worker imports the backend itself (the server process never does);
+the factory takes the ``Settings`` and reads what it needs from them (a voice file, a model directory).
+Any "module:factory" path works too, which is how tests plug in their own backends.
+"""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Callable
+from typing import cast
 
+from voicelab.backends.base import Backend
 from voicelab.errors import BackendLoadError
+from voicelab.settings import Settings
 
 BACKENDS: dict[str, str] = {
-    "piper": "voicelab.backends.piper.backend:PiperBackend",
+    "piper": "voicelab.backends.piper.backend:create",
 }
 
 
-def create_backend(name: str, voice_path: str = "") -> Any:
-    """Instantiate a backend by registry name, or by an explicit "module:Class" path (used by tests)."""
+def create_backend(settings: Settings) -> Backend:
+    """Instantiate ``settings.backend`` by registry name or by an explicit "module:factory" path."""
+    name = settings.backend
     target = BACKENDS.get(name, name)
     if ":" not in target:
         raise BackendLoadError(f"Unknown backend '{name}'. Available: {', '.join(sorted(BACKENDS))}.")
@@ -22,4 +31,4 @@ def create_backend(name: str, voice_path: str = "") -> Any:
         factory = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise BackendLoadError(f"Backend '{name}' could not be imported: {exc}.") from exc
-    return factory(voice_path or None)
+    return cast(Callable[[Settings], Backend], factory)(settings)

@@ -28,8 +28,7 @@ import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
-from voicelab.backends.base import VitsControls  # noqa: E402
-from voicelab.backends.piper.backend import PiperBackend  # noqa: E402
+from voicelab.backends.piper.backend import PiperBackend, VitsControls  # noqa: E402
 
 SENTENCES = (
     "Hi there.",
@@ -115,11 +114,11 @@ def measure(
     }
     if config.num_speakers > 1:
         feed["sid"] = np.array([config.default_speaker_id], dtype=np.int64)
-    audio = backend.synthesize([ids], controls, None)[0]  # warm-up, both runtimes
+    audio = backend.synthesize_ids([ids], controls, None)[0]  # warm-up, both runtimes
     torch_times: list[float] = []
     ort_times: list[float] = []
     runs: list[tuple[list[float], Callable[[], object]]] = [
-        (torch_times, lambda: backend.synthesize([ids], controls, None))
+        (torch_times, lambda: backend.synthesize_ids([ids], controls, None))
     ]
     if session is not None:
         session.run(None, feed)

@@ -83,6 +83,7 @@ def _naive_core(core: Any) -> Any:
     """Turn a managed core into what the seed apps do (see module docstring)."""
     import torch
 
+    from voicelab.engine.memory import HygienePolicy
     from voicelab.engine.voicing import VoiceStage
 
     class NaiveVoiceStage(VoiceStage):
@@ -91,17 +92,18 @@ def _naive_core(core: Any) -> Any:
             self.uploads: dict[str, Any] = {}  # one entry per upload, never pruned
             self.count = 0
 
-        def profile_for(self, prompt: Any, calibrate: Any) -> Any:
-            profile = super().profile_for(prompt, calibrate)  # matched once per voice, as the managed run
+        def voice_for(self, prompt: Any, calibrate: Any) -> Any:
+            cached = super().voice_for(prompt, calibrate)  # matched once per voice, as the managed run
             self.count += 1
             self.uploads[f"/tmp/gradio/upload-{self.count}.wav"] = self.matcher.encoder.embed(prompt.samples)
-            return profile
+            return cached
 
     core.grad_mode = torch.enable_grad
     model = getattr(core.backend, "_model", None)
     if model is not None:
         model.requires_grad_(True)  # checkpoints loaded for training keep requires_grad=True
     core.voice = NaiveVoiceStage(core.device)
+    core.hygiene = HygienePolicy(enabled=False)  # no cleaning between jobs
     return core
 
 
@@ -117,8 +119,9 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
 
     from voicelab.engine import memory
     from voicelab.engine.core import EngineCore
-    from voicelab.engine.messages import SynthesisRequest
+    from voicelab.engine.inproc import InprocClient
     from voicelab.settings import Settings
+    from voicelab.studio import GenerationRequest, GenerationService
     from voicelab.telemetry.nvml import NvmlSampler
     from voicelab.voice.intake import load_prompt
 
@@ -128,6 +131,7 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
     core = EngineCore(settings)
     if naive:
         core = _naive_core(core)
+    service = GenerationService(InprocClient(settings, core), None, settings)  # the path every front end takes
     prompts = [load_prompt(path) for path in sorted(Path(args.prompts).glob("*.wav"))][: args.voices]
     if len(prompts) < 4:
         raise SystemExit(f"the soak needs at least 4 prompt voices in {args.prompts}, found {len(prompts)}")
@@ -136,18 +140,12 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
     for index, item in enumerate(
         workload(args.requests, len(prompts), args.seed, args.max_chars, args.prompt_every), start=1
     ):
-        request = SynthesisRequest(
+        request = GenerationRequest(
             item.text, seed=index, prompt=None if item.prompt_index is None else prompts[item.prompt_index]
         )
         started = time.perf_counter()
-        core.synthesize(request)
-        if core.device.startswith("cuda"):
-            import torch
-
-            torch.cuda.synchronize()
+        service.generate(request)  # results come back on the host: the device work is finished
         latencies.append(time.perf_counter() - started)
-        if not naive:
-            core.after_job()
         if index % args.window == 0 or index == args.requests:
             stats = memory.allocator_stats(core.device)
             recent = latencies[-args.window :]

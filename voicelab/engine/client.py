@@ -1,24 +1,27 @@
-"""EngineClient: the UI's only handle on the engine.
+"""EngineClient: the front ends' handle on an engine that runs in a worker process.
 
-It owns the bounded queue, dispatches one job at a time to the worker process (single flight), runs control
-requests between jobs, and supervises the worker: a crash or a timeout fails only the job in flight and the
-worker is replaced; queued jobs stay queued. A soft restart replaces the worker while the queue stays.
+It owns the bounded queue, dispatches one job at a time to the worker (single flight), routes each job's
+chunks and result back to its caller, and runs control requests between jobs. The worker's lifecycle is the
+``WorkerSupervisor``'s: a crash or a timeout fails only the job in flight and the worker is replaced; queued
+jobs stay queued. A soft restart replaces the worker while the queue stays.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from voicelab.engine.jobs import Job
 from voicelab.engine.messages import (
     AllocatorStats,
+    ChunkReady,
     CleanReport,
     ControlKind,
     ControlReply,
@@ -26,13 +29,14 @@ from voicelab.engine.messages import (
     ErrorReply,
     Heartbeat,
     JobAccepted,
-    ProfileCacheStats,
     SegmentSnapshot,
     SynthesisRequest,
     SynthesisResult,
     WorkerReady,
 )
 from voicelab.engine.proc import WorkerHandle, spawn_worker
+from voicelab.engine.status import EngineStatus, JobCounters, RestartReport, WorkerFigures
+from voicelab.engine.supervisor import POLL_S, STARTUP_TIMEOUT_S, WorkerSupervisor
 from voicelab.errors import (
     BackendLoadError,
     EngineBusyError,
@@ -46,49 +50,8 @@ from voicelab.settings import Settings
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.05
-STARTUP_TIMEOUT_S = 300.0
 CONTROL_TIMEOUT_S = 120.0
-
-
-@dataclass(frozen=True)
-class RestartReport:
-    """What a soft restart did, for the panel's before → after."""
-
-    old_pid: int
-    new_pid: int
-    time_to_ready_s: float
-    forced: bool
-    requeued_job: str | None
-    before: AllocatorStats | None
-    after: AllocatorStats | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class EngineStatus:
-    ready: bool
-    queue_length: int
-    in_flight_job: str | None
-    worker_pid: int
-    restarts: int
-    completed: int
-    failed: int
-    worker: WorkerReady | None
-    last_stats: AllocatorStats | None
-    last_heartbeat_age_s: float | None
-    load_error: str | None
-    leak_warning: str | None
-    last_auto_clean: CleanReport | None
-    profile_cache: ProfileCacheStats | None = None
-    model_loaded: bool = True
-
-
-@dataclass
-class _Job:
-    request: SynthesisRequest
-    future: Future[Any]
-    enqueued_at: float = field(default_factory=time.monotonic)
+AUTO_CLEAN_ID = "auto-clean"
 
 
 @dataclass
@@ -104,34 +67,34 @@ class _Restart:
     future: Future[RestartReport]
 
 
+def with_seed(request: SynthesisRequest) -> SynthesisRequest:
+    """Fix a random seed at submission, so a job run again after a restart says exactly the same."""
+    seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
+    return replace(request, seed=seed, submitted_at=time.monotonic())
+
+
+def busy_error(waiting: int) -> EngineBusyError:
+    return EngineBusyError(f"The engine is busy: {waiting} jobs are already waiting. Please try again in a moment.")
+
+
 class EngineClient:
-    """Thread-safe: any UI thread may submit; one supervisor thread talks to the worker."""
+    """Thread-safe: any thread may submit; one supervisor thread talks to the worker."""
 
     def __init__(
         self, settings: Settings, spawn: Callable[[Settings], WorkerHandle] = spawn_worker, start: bool = True
     ) -> None:
         self.settings = settings
-        self._spawn = spawn
+        self._worker = WorkerSupervisor(settings, spawn)
         self._lock = threading.Condition()
-        self._jobs: deque[_Job] = deque()
+        self._jobs: deque[Job] = deque()
         self._controls: deque[_Control] = deque()
         self._restart: _Restart | None = None
         self._stopping = False
-        self._worker: WorkerHandle | None = None
-        self._ready: WorkerReady | None = None
-        self._in_flight: _Job | _Control | None = None
+        self._in_flight: Job | _Control | None = None
         self._in_flight_since = 0.0
         self._accepted = False  # the worker acknowledged the job in flight
-        self._last_stats: AllocatorStats | None = None
-        self._last_heartbeat = 0.0
-        self._load_error: str | None = None
-        self._leak_warning: str | None = None
-        self._last_auto_clean: CleanReport | None = None
-        self._profile_cache: ProfileCacheStats | None = None
-        self._model_loaded = True
-        self._restarts = 0
-        self._completed = 0
-        self._failed = 0
+        self._figures = WorkerFigures()
+        self._counters = JobCounters()
         self._listeners: list[Callable[[AllocatorStats], None]] = []
         self._thread = threading.Thread(target=self._supervise, name="voicelab-supervisor", daemon=True)
         if start:
@@ -139,19 +102,17 @@ class EngineClient:
 
     # ---- public API (any thread) ----
 
-    def submit(self, request: SynthesisRequest) -> Future[SynthesisResult]:
+    def submit(self, request: SynthesisRequest) -> Job:
         """Queue a job; raises EngineBusyError at once when the queue is full."""
-        future: Future[SynthesisResult] = Future()
+        job = Job(with_seed(request))
         with self._lock:
             if self._stopping:
                 raise EngineStoppedError()
             if len(self._jobs) >= self.settings.queue_size:
-                raise EngineBusyError(
-                    f"The engine is busy: {len(self._jobs)} jobs are already waiting. Please try again in a moment."
-                )
-            self._jobs.append(_Job(replace(request, submitted_at=time.monotonic()), future))
+                raise busy_error(len(self._jobs))
+            self._jobs.append(job)
             self._lock.notify_all()
-        return future
+        return job
 
     def synthesize(self, request: SynthesisRequest, timeout: float | None = None) -> SynthesisResult:
         return self.submit(request).result(timeout)
@@ -178,34 +139,34 @@ class EngineClient:
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> WorkerReady:
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._ready is None:
-                if self._load_error:
-                    raise BackendLoadError(self._load_error)
+            while self._worker.ready is None:
+                if self._worker.load_error:
+                    raise BackendLoadError(self._worker.load_error)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError("the engine worker did not become ready in time")
                 self._lock.wait(remaining)
-            return self._ready
+            return self._worker.ready
 
     def status(self) -> EngineStatus:
         with self._lock:
-            in_flight = self._in_flight
+            in_flight, figures = self._in_flight, self._figures
             return EngineStatus(
-                ready=self._ready is not None,
+                ready=self._worker.ready is not None,
                 queue_length=len(self._jobs),
-                in_flight_job=in_flight.request.job_id if isinstance(in_flight, _Job) and self._accepted else None,
-                worker_pid=self._worker.pid if self._worker else 0,
-                restarts=self._restarts,
-                completed=self._completed,
-                failed=self._failed,
-                worker=self._ready,
-                last_stats=self._last_stats,
-                last_heartbeat_age_s=time.monotonic() - self._last_heartbeat if self._last_heartbeat else None,
-                load_error=self._load_error,
-                leak_warning=self._leak_warning,
-                last_auto_clean=self._last_auto_clean,
-                profile_cache=self._profile_cache,
-                model_loaded=self._model_loaded,
+                in_flight_job=in_flight.job_id if isinstance(in_flight, Job) and self._accepted else None,
+                worker_pid=self._worker.pid,
+                restarts=self._worker.restarts,
+                completed=self._counters.completed,
+                failed=self._counters.failed,
+                worker=self._worker.ready,
+                last_stats=figures.stats,
+                last_heartbeat_age_s=figures.heartbeat_age_s(),
+                load_error=self._worker.load_error,
+                leak_warning=figures.leak_warning,
+                profile_cache=figures.profile_cache,
+                model_loaded=figures.model_loaded,
+                worker_uptime_s=self._worker.uptime_s(),
             )
 
     def add_stats_listener(self, listener: Callable[[AllocatorStats], None]) -> None:
@@ -228,98 +189,61 @@ class EngineClient:
 
     # ---- supervisor thread ----
 
+    def _stopping_now(self) -> bool:
+        with self._lock:
+            return self._stopping
+
     def _supervise(self) -> None:
         try:
-            while True:
-                with self._lock:
-                    if self._stopping:
-                        break
+            while not self._stopping_now():
                 try:
                     self._step()
                 except Exception:  # the supervisor must outlive any single bug; the worker is replaced
                     log.exception("supervisor step failed; replacing the worker")
-                    if self._worker is not None:
-                        self._worker.kill()
+                    if self._worker.handle is not None:
+                        self._worker.handle.kill()
         finally:
-            self._shutdown_worker()
+            self._worker.stop(graceful=True)
 
     def _step(self) -> None:
-        if self._worker is None or not self._worker.alive():
+        if not self._worker.alive():
             self._handle_dead_worker()
             return
         self._maybe_restart()
         self._dispatch_next()
-        self._pump()
+        for message in self._worker.receive(0 if self._in_flight is None else POLL_S):
+            self._handle_message(message)
         self._check_timeout()
 
-    def _start_worker(self) -> None:
-        started = time.monotonic()
-        worker = self._spawn(self.settings)
-        deadline = started + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if worker.conn.poll(POLL_S):
-                try:
-                    message = worker.conn.recv()
-                except (EOFError, OSError):
-                    break
-                if isinstance(message, WorkerReady):
-                    with self._lock:
-                        self._worker, self._ready, self._load_error = worker, message, None
-                        self._last_heartbeat = time.monotonic()
-                        self._lock.notify_all()
-                    log.info("worker %d ready in %.1fs", message.pid, time.monotonic() - started)
-                    return
-                if isinstance(message, ErrorReply):
-                    self._set_load_error(worker, message.message)
-                    return
-            elif not worker.alive():
-                break
-            with self._lock:
-                if self._stopping:
-                    worker.kill()
-                    return
-        self._set_load_error(worker, "The engine worker failed to start; see the log for details.")
-
-    def _set_load_error(self, worker: WorkerHandle, message: str) -> None:
-        worker.kill()
-        log.error("worker failed to start: %s", message)
+    def _started(self) -> None:
+        """After a start attempt: wake waiters; a failed start fails everything queued."""
         with self._lock:
-            self._worker, self._ready, self._load_error = None, None, message
+            self._figures.heartbeat_at = time.monotonic() if self._worker.ready else 0.0
             self._lock.notify_all()
-        self._fail_all(BackendLoadError(message))
+        if self._worker.ready is None and self._worker.load_error:
+            self._fail_all(BackendLoadError(self._worker.load_error))
 
     def _handle_dead_worker(self) -> None:
         with self._lock:
             in_flight, self._in_flight = self._in_flight, None
-            had_worker = self._worker is not None
-            self._ready = None
-        if had_worker:
-            self._restarts += 1
-            if self._worker is not None:
-                self._worker.kill()
-            self._worker = None
-        if isinstance(in_flight, _Job) and not self._accepted:
+        self._worker.forget_dead()
+        if isinstance(in_flight, Job) and not self._accepted:
             with self._lock:  # the worker died before it had the job (e.g. killed while idle): run it on the next one
                 self._jobs.appendleft(in_flight)
         elif in_flight is not None:
             self._finish(in_flight, error=WorkerCrashedError())
         with self._lock:
             # After a failed start, wait for work (or a restart request) instead of spinning.
-            while self._load_error and not self._stopping and not self._jobs and self._restart is None:
+            while self._worker.load_error and not self._stopping and not self._jobs and self._restart is None:
                 self._lock.wait(1.0)
             if self._stopping:
                 return
-        restart = self._take_restart()
-        before = self._last_stats
-        started = time.monotonic()
-        self._start_worker()
+            restart, self._restart = self._restart, None
+        before, started = self._figures.stats, time.monotonic()
+        self._worker.start(self._stopping_now)
+        self._started()
         if restart is not None:
             self._resolve_restart(restart, 0, started, before, None)
-
-    def _take_restart(self) -> _Restart | None:
-        with self._lock:
-            restart, self._restart = self._restart, None
-            return restart
 
     def _maybe_restart(self) -> None:
         with self._lock:
@@ -327,28 +251,23 @@ class EngineClient:
             if restart is None or (self._in_flight is not None and not restart.force):
                 return
             self._restart = None
-            in_flight = self._in_flight
-            requeued = in_flight if isinstance(in_flight, _Job) else None
+            requeued = self._in_flight if isinstance(self._in_flight, Job) else None
             if requeued is not None:
                 self._jobs.appendleft(requeued)
-            elif isinstance(in_flight, _Control):
-                self._controls.appendleft(in_flight)
+            elif isinstance(self._in_flight, _Control):
+                self._controls.appendleft(self._in_flight)
+            graceful = self._in_flight is None
             self._in_flight = None
-            self._ready = None
-        assert self._worker is not None
-        old_pid, before = self._worker.pid, self._last_stats
-        started = time.monotonic()
-        self._worker.kill()
-        self._worker = None
-        self._restarts += 1
-        self._start_worker()
-        self._resolve_restart(restart, old_pid, started, before, requeued.request.job_id if requeued else None)
+        old_pid, before, started = self._worker.pid, self._figures.stats, time.monotonic()
+        self._worker.replace(graceful, self._stopping_now)
+        self._started()
+        self._resolve_restart(restart, old_pid, started, before, requeued.job_id if requeued else None)
 
     def _resolve_restart(
         self, restart: _Restart, old_pid: int, started: float, before: AllocatorStats | None, requeued: str | None
     ) -> None:
-        if self._worker is None:
-            restart.future.set_exception(BackendLoadError(self._load_error))
+        if self._worker.handle is None:
+            restart.future.set_exception(BackendLoadError(self._worker.load_error))
             return
         after = self._query_stats()
         restart.future.set_result(
@@ -366,68 +285,57 @@ class EngineClient:
 
     def _query_stats(self) -> AllocatorStats | None:
         """A synchronous stats round-trip right after READY (nothing else is in flight then)."""
-        assert self._worker is not None
         request = ControlRequest(ControlKind.STATS)
-        self._worker.conn.send(request)
+        self._worker.send(request)
         deadline = time.monotonic() + CONTROL_TIMEOUT_S
-        while time.monotonic() < deadline and self._worker.conn.poll(deadline - time.monotonic()):
-            message = self._worker.conn.recv()
-            if isinstance(message, ControlReply) and message.request_id == request.request_id:
-                assert isinstance(message.payload, AllocatorStats)
-                self._record_stats(message.payload)
-                return message.payload
-            self._handle_message(message)
+        while time.monotonic() < deadline and self._worker.alive():
+            for message in self._worker.receive(POLL_S):
+                if isinstance(message, ControlReply) and message.request_id == request.request_id:
+                    assert isinstance(message.payload, AllocatorStats)
+                    self._record_stats(message.payload)
+                    return message.payload
+                self._handle_message(message)
         return None
 
     def _dispatch_next(self) -> None:
         with self._lock:
-            if self._in_flight is not None or self._worker is None:
+            if self._in_flight is not None or self._worker.handle is None:
                 return
             if not self._controls and not self._jobs:
                 self._lock.wait(POLL_S)
-            item: _Job | _Control | None = None
+            item: Job | _Control | None = None
             if self._controls:
                 item = self._controls.popleft()
             elif self._jobs:
                 item = self._jobs.popleft()
             if item is None:
                 return
-            if not item.future.running() and not item.future.set_running_or_notify_cancel():
+            future = item if isinstance(item, Job) else item.future
+            if not future.running() and not future.set_running_or_notify_cancel():
                 return  # cancelled by its caller while queued
             self._in_flight, self._in_flight_since, self._accepted = item, time.monotonic(), False
-        # A dead worker is noticed on the next loop, and the job then fails as a crash.
-        with contextlib.suppress(OSError):
-            self._worker.conn.send(item.request)
-
-    def _pump(self) -> None:
-        worker = self._worker
-        if worker is None:
-            return
-        try:
-            while worker.conn.poll(0 if self._in_flight is None else POLL_S):
-                self._handle_message(worker.conn.recv())
-        except (EOFError, OSError):
-            worker.process.join(timeout=1.0)
+        self._worker.send(item.request)
 
     def _handle_message(self, message: Any) -> None:
+        in_flight = self._in_flight
         if isinstance(message, JobAccepted):
-            in_flight = self._in_flight
-            if isinstance(in_flight, _Job) and in_flight.request.job_id == message.job_id:
+            if isinstance(in_flight, Job) and in_flight.job_id == message.job_id:
                 with self._lock:
                     self._accepted = True
-            return
-        if isinstance(message, Heartbeat):
-            self._last_heartbeat = time.monotonic()
-            self._leak_warning = message.leak_warning
-            self._profile_cache = message.profile_cache
-            self._model_loaded = message.model_loaded
+        elif isinstance(message, ChunkReady):
+            if isinstance(in_flight, Job) and in_flight.job_id == message.job_id:
+                in_flight.push(message)
+        elif isinstance(message, Heartbeat):
+            self._figures.record_heartbeat(message)
             self._record_stats(message.stats)
-            return
+        elif isinstance(message, ControlReply) and message.request_id == AUTO_CLEAN_ID:
+            log.info("the worker cleaned its cache between jobs")
+        else:
+            self._handle_reply(message)
+
+    def _handle_reply(self, message: SynthesisResult | ControlReply | ErrorReply) -> None:
         in_flight = self._in_flight
-        request_id = message.request_id if isinstance(message, (ControlReply, ErrorReply)) else message.job_id
-        if isinstance(message, ControlReply) and message.request_id == "auto-clean":
-            self._last_auto_clean = message.payload if isinstance(message.payload, CleanReport) else None
-            return
+        request_id = message.job_id if isinstance(message, SynthesisResult) else message.request_id
         if in_flight is None or _request_id(in_flight) != request_id:
             log.warning("dropping a reply for %s, which is not in flight", request_id)
             return
@@ -436,27 +344,26 @@ class EngineClient:
         if isinstance(message, ErrorReply):
             self._finish(in_flight, error=error_from_name(message.error_type, message.message))
         elif isinstance(message, SynthesisResult):
-            assert isinstance(in_flight, _Job)
-            wait = self._in_flight_since - in_flight.enqueued_at
+            assert isinstance(in_flight, Job)
+            wait = self._in_flight_since - in_flight.request.submitted_at
             self._finish(in_flight, value=replace(message, queue_wait_s=wait))
         else:
             self._finish(in_flight, value=message.payload)
 
     def _record_stats(self, stats: AllocatorStats) -> None:
-        self._last_stats = stats
+        self._figures.stats = stats
         for listener in self._listeners:
             listener(stats)
 
     def _check_timeout(self) -> None:
         in_flight = self._in_flight
-        if not isinstance(in_flight, _Job) or self._worker is None:
+        if not isinstance(in_flight, Job) or not self._worker.overdue(self._in_flight_since):
             return
-        if time.monotonic() - self._in_flight_since <= self.settings.job_timeout_s:
-            return
-        log.error("job %s timed out; replacing the worker", in_flight.request.job_id)
+        log.error("job %s timed out; replacing the worker", in_flight.job_id)
         with self._lock:
             self._in_flight = None
-        self._worker.kill()
+        if self._worker.handle is not None:
+            self._worker.handle.kill()
         self._finish(
             in_flight,
             error=JobTimeoutError(
@@ -465,46 +372,38 @@ class EngineClient:
             ),
         )
 
-    def _finish(self, item: _Job | _Control, value: Any = None, error: VoiceLabError | None = None) -> None:
-        if isinstance(item, _Job):
+    def _finish(self, item: Job | _Control, value: Any = None, error: VoiceLabError | None = None) -> None:
+        future: Future[Any] = item if isinstance(item, Job) else item.future
+        if isinstance(item, Job):
             if error is None:
-                self._completed += 1
+                self._counters.completed += 1
             else:
-                self._failed += 1
+                self._counters.failed += 1
         if error is not None:
-            item.future.set_exception(error)
+            future.set_exception(error)
         else:
-            item.future.set_result(value)
+            future.set_result(value)
 
     def _control(self, request: ControlRequest) -> Any:
         future: Future[Any] = Future()
         with self._lock:
             if self._stopping:
                 raise EngineStoppedError()
-            if self._load_error and self._worker is None:
-                raise BackendLoadError(self._load_error)
+            if self._worker.load_error and self._worker.handle is None:
+                raise BackendLoadError(self._worker.load_error)
             self._controls.append(_Control(request, future))
             self._lock.notify_all()
         return future.result(CONTROL_TIMEOUT_S + self.settings.job_timeout_s)
 
     def _fail_all(self, error: VoiceLabError) -> None:
         with self._lock:
-            pending: list[_Job | _Control] = [*self._jobs, *self._controls]
+            pending: list[Future[Any]] = [*self._jobs, *(c.future for c in self._controls)]
             self._jobs.clear()
             self._controls.clear()
-        for item in pending:
-            if not item.future.done():
-                item.future.set_exception(type(error)(str(error)))
-
-    def _shutdown_worker(self) -> None:
-        worker, self._worker = self._worker, None
-        if worker is None:
-            return
-        with contextlib.suppress(OSError):
-            worker.conn.send(ControlRequest(ControlKind.SHUTDOWN))
-            worker.process.join(timeout=5)
-        worker.kill()
+        for future in pending:
+            if not future.done():
+                future.set_exception(type(error)(str(error)))
 
 
-def _request_id(item: _Job | _Control) -> str:
-    return item.request.job_id if isinstance(item, _Job) else item.request.request_id
+def _request_id(item: Job | _Control) -> str:
+    return item.job_id if isinstance(item, Job) else item.request.request_id

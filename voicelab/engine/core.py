@@ -1,4 +1,4 @@
-"""EngineCore: the model side of the engine, usable in one process (tests drive it directly).
+"""EngineCore: the model side of the engine, usable in one process (tests and the in-process client drive it).
 
 The process wrapper (proc.py) adds spawn, the READY handshake and pipes around it.
 """
@@ -9,14 +9,15 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from voicelab.backends.base import VitsControls
+from voicelab.backends.base import AudioChunk, Backend, Capabilities, SpeechRequest, run_plainly
 from voicelab.backends.registry import create_backend
 from voicelab.engine import memory
 from voicelab.engine.messages import (
@@ -29,19 +30,22 @@ from voicelab.engine.messages import (
     SynthesisResult,
     WorkerReady,
 )
-from voicelab.engine.pipeline import synthesize_text
-from voicelab.engine.validation import check_control, clean_text
-from voicelab.engine.voicing import VoiceStage
-from voicelab.errors import BackendLoadError, InvalidSettingError
-from voicelab.instruct.render import style_adjust
+from voicelab.engine.validation import AUTO_LANGUAGE, validate_request
+from voicelab.engine.voicing import VoicePlan, VoiceStage
+from voicelab.errors import BackendLoadError
 from voicelab.settings import Settings
 
 log = logging.getLogger(__name__)
 
-WARMUP_TEXT = "Warming up."
-CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog, then rests a while in the warm afternoon sun."
+T = TypeVar("T")
+EmitChunk = Callable[[AudioChunk, float], None]  # a chunk and the seconds since the job started
+
+WARMUP_TEXTS = {"en": "Warming up.", "zh": "预热一下。"}
+CALIBRATION_TEXTS = {
+    "en": "The quick brown fox jumps over the lazy dog, then rests a while in the warm afternoon sun.",
+    "zh": "今天天气很好，我们一起去公园散步，然后坐在树下聊天。",
+}
 DTYPES = ("float32", "bfloat16", "float16")
-SEED_RANGE = (-(2**63), 2**64)  # what torch.Generator.manual_seed accepts
 
 
 def resolve_device(requested: str) -> str:
@@ -52,6 +56,10 @@ def resolve_device(requested: str) -> str:
     if requested != "cpu" and not requested.startswith("cuda"):
         raise BackendLoadError(f"Unknown device '{requested}'; use auto, cpu or cuda.")
     return requested
+
+
+def join_chunks(chunks: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros(0, dtype=np.float32)
 
 
 class EngineCore:
@@ -69,12 +77,13 @@ class EngineCore:
         if settings.torch_threads > 0:
             torch.set_num_threads(settings.torch_threads)
         started = time.perf_counter()
-        self.backend = create_backend(settings.backend, settings.voice_path)
+        self.backend: Backend = create_backend(settings)
+        self.capabilities: Capabilities = self.backend.capabilities
         self.backend.load(self.device, self.dtype)
         self._heartbeat_monitor = memory.AllocatorMonitor(self.device)
         self._job_monitor = memory.AllocatorMonitor(self.device)
         self.voice = VoiceStage(self.device, settings.profile_cache_size)
-        self._extra_cleanups: list[tuple[str, Callable[[], None]]] = [("speaker profiles", self.voice.clear_profiles)]
+        self.largest_free_block: int | None = None
         self.warm_up()
         self.loaded = True
         self.load_s = time.perf_counter() - started
@@ -92,14 +101,17 @@ class EngineCore:
             backend=self.backend.name,
             device=self.device,
             dtype=self.dtype,
-            capabilities=self.backend.capabilities,
+            capabilities=self.capabilities,
             load_s=self.load_s,
         )
 
     def warm_up(self) -> None:
-        """One short synthesis so the first user request doesn't pay for lazy initialisation."""
+        """One short synthesis per language so the first user request doesn't pay for lazy initialisation."""
         with self.grad_mode():
-            synthesize_text(self.backend, WARMUP_TEXT, VitsControls(), 0.0, None)
+            for language in self.capabilities.languages:
+                text = WARMUP_TEXTS.get(language, WARMUP_TEXTS["en"])
+                for _ in self.backend.synthesize(SpeechRequest(text, language)):
+                    pass
 
     def offload(self) -> None:
         """Give the device memory back while idle; the next job loads the model again."""
@@ -119,42 +131,43 @@ class EngineCore:
             log.info("model loaded again")
 
     def synthesize(self, request: SynthesisRequest) -> SynthesisResult:
+        """The whole job at once (tests, tools); ``run`` streams its chunks."""
+        return self.run(request)
+
+    def run(self, request: SynthesisRequest, emit: EmitChunk | None = None) -> SynthesisResult:
+        """Validate, voice and synthesise one request; ``emit`` gets each finished chunk as it is ready."""
         started = time.perf_counter()
         self._ensure_loaded()
-        text = clean_text(request.text, self.settings.max_text_chars)
-        for name in ("length_scale", "noise_scale", "noise_w", "sentence_silence_s"):
-            check_control(name, getattr(request, name))
-        if request.seed is not None and not SEED_RANGE[0] <= request.seed < SEED_RANGE[1]:
-            raise InvalidSettingError("The seed must be a whole number between -2^63 and 2^64 - 1.")
+        request = validate_request(request, self.capabilities, self.settings.max_text_chars)
         seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
-        adjust = style_adjust(request.style)
-        base_scale = request.length_scale if request.length_scale is not None else self.backend.defaults.length_scale
-        controls = VitsControls(
-            None if base_scale is None else base_scale * adjust.length_scale_factor,
-            request.noise_scale,
-            request.noise_w,
-        )
+        language = self.resolve_language(request.language)
         memory.reset_peak(self.device)
+        drafts: list[np.ndarray] = []
+        outputs: list[np.ndarray] = []
+        first_audio_s = 0.0
         with self.grad_mode():
-            draft = synthesize_text(
-                self.backend,
-                text,
-                controls,
-                request.sentence_silence_s,
-                torch.Generator(device=self.device).manual_seed(seed),
-                self._run_with_oom_retry,
-            )
-            profile = self.voice.profile_for(request.prompt, self._calibration) if request.prompt else None
-            audio = self.voice.render(draft.audio, draft.sample_rate, profile, adjust)
-            scores = self.voice.scores(draft.audio, audio, draft.sample_rate, profile) if profile else None
+            plan = self.voice.plan(request, language, seed, self.capabilities, lambda: self._calibration(language))
+            for chunk in self._chunks(plan):
+                drafts.append(chunk.audio)
+                voiced = np.clip(plan.render(chunk.audio, chunk.sample_rate), -1.0, 1.0).astype(np.float32)
+                outputs.append(voiced)
+                elapsed = time.perf_counter() - started
+                first_audio_s = first_audio_s or elapsed
+                if emit is not None:
+                    emit(replace(chunk, audio=voiced), elapsed)
+            audio, sample_rate = join_chunks(outputs), self.capabilities.sample_rate
+            scores = self.voice.scores(join_chunks(drafts), audio, sample_rate, plan)
         return SynthesisResult(
             job_id=request.job_id,
-            audio=np.clip(audio, -1.0, 1.0).astype(np.float32),
-            sample_rate=draft.sample_rate,
+            audio=audio,
+            sample_rate=sample_rate,
             latency_s=time.perf_counter() - started,
             backend=self.backend.name,
             device=self.device,
             dtype=self.dtype,
+            first_audio_s=first_audio_s,
+            chunks=len(outputs),
+            language=language,
             peak_allocated_bytes=memory.allocator_stats(self.device).peak_allocated,
             similarity=scores.similarity if scores else None,
             similarity_base=scores.similarity_base if scores else None,
@@ -166,24 +179,41 @@ class EngineCore:
             profile_cache=self.voice.cache_stats(),
         )
 
-    def _calibration(self) -> tuple[np.ndarray, int]:
-        """The backend voice on a fixed sentence, for the matcher's once-per-profile search."""
-        draft = synthesize_text(
-            self.backend, CALIBRATION_TEXT, VitsControls(), 0.0, torch.Generator(device=self.device).manual_seed(0)
-        )
-        return draft.audio, draft.sample_rate
+    def resolve_language(self, language: str) -> str:
+        """ "auto" is the backend's first language (routing by script is the router backend's job)."""
+        return self.capabilities.languages[0] if language == AUTO_LANGUAGE else language
 
-    def _run_with_oom_retry(
-        self, full: Callable[[], list[np.ndarray]], pieces: Callable[[], list[np.ndarray]]
-    ) -> list[np.ndarray]:
+    def _chunks(self, plan: VoicePlan) -> Iterator[AudioChunk]:
+        """The backend's chunks, its generator closed in every case so its per-request state is released."""
+        chunks = self.backend.synthesize(plan.speech, self._guard)
+        try:
+            yield from chunks
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    def _calibration(self, language: str) -> tuple[np.ndarray, int]:
+        """The backend voice on a fixed sentence, for the matcher's once-per-profile search."""
+        text = CALIBRATION_TEXTS.get(language, CALIBRATION_TEXTS["en"])
+        chunks = self.backend.synthesize(SpeechRequest(text, language, sentence_silence_s=0.0), run_plainly)
+        return join_chunks([c.audio for c in chunks]), self.capabilities.sample_rate
+
+    def _guard(self, full: Callable[[], T], pieces: Callable[[], T]) -> T:
         return memory.run_with_oom_retry(full, pieces, lambda: self.clean_cache(False))
 
     def stats(self) -> AllocatorStats:
         """For the heartbeat and control requests; job-side hygiene uses its own monitor so no delta is lost."""
-        return self._heartbeat_monitor.sample()
+        return replace(self._heartbeat_monitor.sample(), largest_free_block=self.largest_free_block)
+
+    def snapshot(self) -> SegmentSnapshot:
+        """The allocator's segment map; its largest free block is reported with every later sample."""
+        snapshot = memory.segment_snapshot(self.device)
+        self.largest_free_block = snapshot.largest_free_block
+        return snapshot
 
     def clean_cache(self, clear_profiles: bool) -> CleanReport:
-        cleanups = [c for c in self._extra_cleanups if clear_profiles or c[0] != "speaker profiles"]
+        cleanups = [("speaker profiles", self.voice.clear_profiles)] if clear_profiles else []
         return memory.clean_device_cache(self.device, cleanups)
 
     def after_job(self) -> CleanReport | None:
@@ -201,7 +231,7 @@ class EngineCore:
     def control(self, request: ControlRequest) -> CleanReport | SegmentSnapshot | AllocatorStats | None:
         handlers: dict[ControlKind, Callable[[], CleanReport | SegmentSnapshot | AllocatorStats | None]] = {
             ControlKind.CLEAN_CACHE: lambda: self.clean_cache(request.clear_profiles),
-            ControlKind.SNAPSHOT: lambda: memory.segment_snapshot(self.device),
+            ControlKind.SNAPSHOT: self.snapshot,
             ControlKind.STATS: self.stats,
             ControlKind.SHUTDOWN: lambda: None,
         }

@@ -1,16 +1,24 @@
-"""Everything that crosses the UI/worker process boundary: frozen dataclasses only."""
+"""Everything that crosses the server/worker process boundary: frozen dataclasses only.
+
+Domain types live with their owners (``PromptAudio`` in ``voice.prompt``, ``Capabilities`` and ``AudioChunk`` in
+``backends.base``, ``ProfileCacheStats`` in ``voice.cache``); this module only composes them into messages.
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
+from voicelab.backends.base import AudioChunk, Capabilities
 from voicelab.instruct.style import Style
+from voicelab.voice.cache import ProfileCacheStats
+from voicelab.voice.prompt import PromptAudio
 
 
 def new_job_id() -> str:
@@ -18,61 +26,46 @@ def new_job_id() -> str:
 
 
 @dataclass(frozen=True)
-class PromptAudio:
-    """A validated voice prompt: mono float32 samples, already trimmed and loudness-normalised.
+class SynthesisRequest:
+    """One generation as the engine receives it (already validated by ``voicelab.validation``).
 
-    ``sha256`` is the hash of the decoded samples and keys the speaker-profile cache.
-    ``notices`` are sentences for the user about what intake changed (e.g. "only the first 30 s were used").
+    text: what to say. language: "auto" (routed by script) or one of the backend's languages.
+    speed: speaking-rate multiplier on top of the style's (1 = the voice's own).
+    seed: ``None`` draws a fresh one, reported in the result. prompt: a voice to clone.
+    style / instruction: how to say it; rendered natively or by the engine's DSP stage (see ``Capabilities``).
+    sentence_silence_s: silence between sentences. options: the backend's own controls (``OptionSpec`` names).
     """
 
-    samples: np.ndarray
-    sample_rate: int
-    sha256: str
-    transcript: str = ""
-    notices: tuple[str, ...] = ()
-
-    @property
-    def duration_s(self) -> float:
-        return len(self.samples) / self.sample_rate
-
-
-@dataclass(frozen=True)
-class SynthesisRequest:
-    """One generation. ``None`` controls mean "the voice's default"."""
-
     text: str
-    length_scale: float | None = None
-    noise_scale: float | None = None
-    noise_w: float | None = None
-    sentence_silence_s: float = 0.2
+    language: str = "auto"
+    speed: float = 1.0
     seed: int | None = None
     prompt: PromptAudio | None = None
     style: Style = field(default_factory=Style)
     instruction: str = ""
+    sentence_silence_s: float = 0.2
+    options: Mapping[str, float] = field(default_factory=dict)
     job_id: str = field(default_factory=new_job_id)
     submitted_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
-class ProfileCacheStats:
-    """Figures for the resource panel."""
+class ChunkReady:
+    """A piece of a job's audio, sent as soon as it is ready (``index`` counts from 0, in order)."""
 
-    size: int
-    capacity: int
-    hits: int
-    misses: int
-    evictions: int = 0
-    device_bytes: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        lookups = self.hits + self.misses
-        return self.hits / lookups if lookups else 0.0
+    job_id: str
+    index: int
+    chunk: AudioChunk
+    elapsed_s: float
 
 
 @dataclass(frozen=True)
 class SynthesisResult:
-    """Audio plus the figures a user sees. Clone scores are ``None`` without a prompt."""
+    """Audio plus the figures a user sees. Clone scores are ``None`` without a prompt.
+
+    first_audio_s: from the job's start on the worker to its first chunk (time to first audio).
+    similarity_base: the backend voice before matching (``None`` when the backend clones natively).
+    """
 
     job_id: str
     audio: np.ndarray
@@ -81,6 +74,9 @@ class SynthesisResult:
     backend: str
     device: str
     dtype: str
+    first_audio_s: float = 0.0
+    chunks: int = 1
+    language: str = ""
     queue_wait_s: float = 0.0
     peak_allocated_bytes: int = 0
     similarity: float | None = None
@@ -108,9 +104,12 @@ class SynthesisResult:
             "sample_rate": self.sample_rate,
             "duration_s": round(self.duration_s, 3),
             "latency_s": round(self.latency_s, 4),
+            "first_audio_s": round(self.first_audio_s, 4),
+            "chunks": self.chunks,
             "rtf": round(self.rtf, 4),
             "queue_wait_s": round(self.queue_wait_s, 4),
             "backend": self.backend,
+            "language": self.language,
             "device": self.device,
             "dtype": self.dtype,
             "peak_allocated_bytes": self.peak_allocated_bytes,
@@ -143,7 +142,7 @@ class AllocatorStats:
     peak_allocated: int = 0
     alloc_retries: int = 0
     ooms: int = 0
-    largest_free_block: int | None = None
+    largest_free_block: int | None = None  # from the latest segment snapshot ("Inspect memory"); None before one
     worker_pid: int = 0
     worker_rss: int = 0
     timestamp: float = field(default_factory=time.time)
@@ -224,15 +223,6 @@ class ErrorReply:
 
 
 @dataclass(frozen=True)
-class Capabilities:
-    clone: bool
-    instruct: bool
-    languages: tuple[str, ...]
-    streaming: bool
-    sample_rate: int
-
-
-@dataclass(frozen=True)
 class WorkerReady:
     """The READY handshake: sent once the model is loaded and warmed up."""
 
@@ -256,7 +246,6 @@ class Heartbeat:
     """Sent every second by the worker, also while a job runs."""
 
     stats: AllocatorStats
-    busy_job_id: str | None
     leak_warning: str | None = None
     profile_cache: ProfileCacheStats | None = None
     model_loaded: bool = True

@@ -14,9 +14,11 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from voicelab.backends.base import AudioChunk
 from voicelab.engine.messages import (
+    ChunkReady,
     ControlKind,
     ControlReply,
     ControlRequest,
@@ -27,6 +29,9 @@ from voicelab.engine.messages import (
 )
 from voicelab.errors import VoiceLabError
 from voicelab.settings import Settings
+
+if TYPE_CHECKING:
+    from voicelab.engine.core import EngineCore
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +50,12 @@ class _Sender:
             self._conn.send(message)
 
 
-def _heartbeat_loop(core: Any, sender: _Sender, state: dict[str, str | None], stop: threading.Event) -> None:
+def _heartbeat_loop(core: EngineCore, sender: _Sender, stop: threading.Event) -> None:
     while not stop.wait(HEARTBEAT_S):
         try:
             sender.send(
                 Heartbeat(
                     stats=core.stats(),
-                    busy_job_id=state["job"],
                     leak_warning=core.leak_warning,
                     model_loaded=core.loaded,
                     profile_cache=core.voice.cache_stats(),
@@ -86,17 +90,16 @@ def worker_main(conn: Connection, settings: Settings) -> None:
         sender.send(_reply_error("startup", exc))
         return
     sender.send(core.ready_message())
-    state: dict[str, str | None] = {"job": None}
     stop = threading.Event()
-    threading.Thread(target=_heartbeat_loop, args=(core, sender, state, stop), daemon=True).start()
+    threading.Thread(target=_heartbeat_loop, args=(core, sender, stop), daemon=True).start()
     try:
-        _serve(conn, core, sender, state)
+        _serve(conn, core, sender)
     finally:
         stop.set()
         core.close()
 
 
-def _serve(conn: Connection, core: Any, sender: _Sender, state: dict[str, str | None]) -> None:
+def _serve(conn: Connection, core: EngineCore, sender: _Sender) -> None:
     idle_s = core.settings.idle_offload_minutes * 60
     while True:
         try:
@@ -107,14 +110,7 @@ def _serve(conn: Connection, core: Any, sender: _Sender, state: dict[str, str | 
         except (EOFError, OSError):
             return
         if isinstance(message, SynthesisRequest):
-            state["job"] = message.job_id
-            sender.send(JobAccepted(message.job_id))
-            try:
-                sender.send(core.synthesize(message))
-            except BaseException as exc:
-                sender.send(_reply_error(message.job_id, exc))
-            finally:
-                state["job"] = None
+            _run_job(core, sender, message)
             report = core.after_job()
             if report is not None:
                 sender.send(ControlReply("auto-clean", report))
@@ -125,6 +121,22 @@ def _serve(conn: Connection, core: Any, sender: _Sender, state: dict[str, str | 
                 sender.send(_reply_error(message.request_id, exc))
             if message.kind is ControlKind.SHUTDOWN:
                 return
+
+
+def _run_job(core: EngineCore, sender: _Sender, request: SynthesisRequest) -> None:
+    """Acknowledge, stream each chunk as it is ready, then the result (or the error)."""
+    sender.send(JobAccepted(request.job_id))
+    index = 0
+
+    def emit(chunk: AudioChunk, elapsed_s: float) -> None:
+        nonlocal index
+        sender.send(ChunkReady(request.job_id, index, chunk, elapsed_s))
+        index += 1
+
+    try:
+        sender.send(core.run(request, emit))
+    except BaseException as exc:
+        sender.send(_reply_error(request.job_id, exc))
 
 
 @dataclass

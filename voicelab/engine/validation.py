@@ -1,22 +1,30 @@
-"""Checks on user text and controls, shared by the UI (before queueing) and the engine (torch-free)."""
+"""The one validator for what a user asks: text, language, controls, options and prompt audio.
+
+The generation service runs it once at its edge, for every front end (UI, CLI, benchmarks, HTTP); the engine
+core runs the same function for callers that drive the engine directly, so there is one set of limits.
+Torch-free. Every refusal is a ``VoiceLabError`` carrying the sentence a user sees.
+"""
 
 from __future__ import annotations
 
+import math
 import unicodedata
+from collections.abc import Mapping
+from dataclasses import replace
 
-import numpy as np
-
+from voicelab.backends.base import Capabilities
+from voicelab.engine.messages import SynthesisRequest
 from voicelab.errors import InvalidSettingError, InvalidTextError
+from voicelab.voice.prompt import check_prompt_audio
 
-CONTROL_LIMITS: dict[str, tuple[float, float]] = {
-    "length_scale": (0.25, 4.0),
-    "noise_scale": (0.0, 2.0),
-    "noise_w": (0.0, 2.0),
-    "sentence_silence_s": (0.0, 5.0),
-}
+SPEED_LIMITS = (0.25, 4.0)
+SILENCE_LIMITS = (0.0, 5.0)
+SEED_RANGE = (-(2**63), 2**64)  # what torch.Generator.manual_seed accepts
+AUTO_LANGUAGE = "auto"
+LANGUAGE_NAMES = {"en": "English", "zh": "Chinese"}
 
 
-def clean_text(text: str, max_chars: int) -> str:
+def clean_text(text: object, max_chars: int) -> str:
     """Drop control characters and surrounding space; refuse empty or over-long text with the user's sentence."""
     if not isinstance(text, str):
         raise InvalidTextError("Please type some text to speak.")
@@ -30,9 +38,63 @@ def clean_text(text: str, max_chars: int) -> str:
     return kept
 
 
-def check_control(name: str, value: float | None) -> None:
-    if value is None:
-        return
-    low, high = CONTROL_LIMITS[name]
-    if not np.isfinite(value) or not low <= value <= high:
-        raise InvalidSettingError(f"{name.replace('_', ' ').capitalize()} must be between {low} and {high}.")
+def check_range(label: str, value: float, limits: tuple[float, float]) -> float:
+    """``value`` as a float when finite and within ``limits``, else the sentence naming them."""
+    low, high = limits
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidSettingError(f"{label} must be a number between {low:g} and {high:g}.")
+    if not low <= value <= high:
+        raise InvalidSettingError(f"{label} must be between {low:g} and {high:g}.")
+    return float(value)
+
+
+def check_seed(seed: int | None) -> int | None:
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int) or not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
+        raise InvalidSettingError("The seed must be a whole number between -2^63 and 2^64 - 1.")
+    return seed
+
+
+def check_language(language: str, capabilities: Capabilities | None) -> str:
+    """ "auto" or a language the loaded backend speaks."""
+    if language == AUTO_LANGUAGE:
+        return language
+    known = capabilities.languages if capabilities is not None else tuple(LANGUAGE_NAMES)
+    if language not in known:
+        names = ", ".join(LANGUAGE_NAMES.get(code, code) for code in known)
+        raise InvalidSettingError(f"The language {language!r} is not available; this voice speaks {names}.")
+    return language
+
+
+def check_options(options: Mapping[str, float], capabilities: Capabilities | None) -> dict[str, float]:
+    """Options by the backend's own ``OptionSpec`` limits; unknown names are refused, not ignored."""
+    checked: dict[str, float] = {}
+    for name, value in options.items():
+        spec = capabilities.option(name) if capabilities is not None else None
+        if spec is None:
+            raise InvalidSettingError(f"The setting {name!r} does not apply to the loaded voice.")
+        checked[name] = check_range(spec.label, value, (spec.low, spec.high))
+    return checked
+
+
+def validate_request(request: SynthesisRequest, capabilities: Capabilities | None, max_chars: int) -> SynthesisRequest:
+    """The request with its text cleaned, or the first problem as a ``VoiceLabError``.
+
+    ``capabilities`` is the loaded backend's (``None`` while the worker is still starting: options are then
+    checked by the engine core when the job runs).
+    """
+    options = dict(request.options)
+    if capabilities is not None:
+        options = check_options(request.options, capabilities)
+    if request.prompt is not None:
+        check_prompt_audio(request.prompt)
+    return replace(
+        request,
+        text=clean_text(request.text, max_chars),
+        language=check_language(request.language, capabilities),
+        speed=check_range("Speed", request.speed, SPEED_LIMITS),
+        sentence_silence_s=check_range("Silence between sentences", request.sentence_silence_s, SILENCE_LIMITS),
+        seed=check_seed(request.seed),
+        options=options,
+    )

@@ -1,7 +1,9 @@
-"""Worker-side voice matching and style rendering on top of the backend's speech.
+"""Worker-side voice stage: what the engine adds to a backend that lacks native cloning or instructions.
 
-Owns the speaker encoder (loaded on first use) and the bounded profile LRU, so profile tensors live on the
-worker's device and are freed on eviction, "Clean cache" (when asked) and soft restart.
+For a fixed-voice backend it matches the prompt voice (speaker encoder, profile LRU, matcher) and renders the
+style with DSP; for a backend that clones or follows instructions natively it passes the prompt and style
+through and only scores the output. Owns the speaker encoder (loaded on first use) and the profile LRU, so
+profile tensors live on the worker's device and are freed on eviction, "Clean cache" (when asked) and restart.
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voicelab.engine.messages import PromptAudio
+from voicelab.backends.base import Capabilities, SpeechRequest
+from voicelab.engine.messages import SynthesisRequest
 from voicelab.errors import InvalidPromptError
-from voicelab.instruct.render import StyleAdjust
-from voicelab.voice.cache import ProfileCache, ProfileCacheStats
+from voicelab.instruct.render import StyleAdjust, style_adjust
+from voicelab.instruct.style import Style
+from voicelab.voice.cache import CachedVoice, ProfileCache, ProfileCacheStats
 from voicelab.voice.dsp import VoiceTransform, apply_transform
 from voicelab.voice.encoder import SpeakerEncoder
 from voicelab.voice.matcher import VoiceMatcher
 from voicelab.voice.profile import SpeakerProfile, build_profile
+from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +34,28 @@ Calibrate = Callable[[], tuple[np.ndarray, int]]
 @dataclass(frozen=True)
 class CloneScores:
     similarity: float
-    similarity_base: float
+    similarity_base: float | None
     f0_prompt_hz: float
     f0_output_hz: float
 
 
+@dataclass(frozen=True)
+class VoicePlan:
+    """How one request is voiced: what the backend is asked, and the transform the engine applies after it."""
+
+    speech: SpeechRequest
+    transform: VoiceTransform
+    profile: SpeakerProfile | None
+    matched: bool  # the engine moved a fixed voice toward the prompt (so a base similarity is meaningful)
+
+    def render(self, audio: np.ndarray, sample_rate: int) -> np.ndarray:
+        if self.transform == VoiceTransform.identity():
+            return audio
+        return apply_transform(audio, sample_rate, self.transform)
+
+
 def style_transform(adjust: StyleAdjust) -> VoiceTransform:
-    """The signal-level part of a style (its speed part goes to the backend's length scale)."""
+    """The signal-level part of a style (its speed part goes to the backend's speaking rate)."""
     return VoiceTransform(
         pitch_semitones=adjust.pitch_semitones,
         pitch_range=adjust.pitch_range,
@@ -44,18 +64,6 @@ def style_transform(adjust: StyleAdjust) -> VoiceTransform:
         tilt_db_per_octave=adjust.tilt_db_per_octave,
         whisper=adjust.whisper,
     )
-
-
-MIN_PROMPT_S = 1.0
-
-
-def check_prompt(prompt: PromptAudio) -> None:
-    """The engine's own guard for prompts that did not come through intake (API callers)."""
-    samples = np.asarray(prompt.samples)
-    if samples.ndim != 1 or prompt.sample_rate <= 0 or len(samples) < MIN_PROMPT_S * prompt.sample_rate:
-        raise InvalidPromptError("The voice prompt is too short; please use at least 1 s of speech.")
-    if not np.isfinite(samples).all() or float(np.max(np.abs(samples))) < 1e-4:
-        raise InvalidPromptError("The voice prompt is silent or damaged; please record someone speaking.")
 
 
 class VoiceStage:
@@ -70,11 +78,44 @@ class VoiceStage:
             self._matcher = VoiceMatcher(SpeakerEncoder(self.device))
         return self._matcher
 
-    def profile_for(self, prompt: PromptAudio, calibrate: Calibrate) -> SpeakerProfile:
-        """The cached profile for this prompt, built and matched (once) on a miss."""
-        profile = self.cache.get(prompt.sha256)
-        if profile is None:
-            check_prompt(prompt)
+    def plan(
+        self, request: SynthesisRequest, language: str, seed: int, capabilities: Capabilities, calibrate: Calibrate
+    ) -> VoicePlan:
+        """The backend's request and the engine's transform, by what the backend can do itself."""
+        transform = VoiceTransform.identity()
+        speed, prompt, profile = request.speed, None, None
+        if capabilities.native_instructions:
+            style, instruction = request.style, request.instruction
+        else:
+            adjust = style_adjust(request.style)
+            speed = request.speed / adjust.length_scale_factor
+            style, instruction = Style(), ""
+            transform = style_transform(adjust)
+        matched = request.prompt is not None and not capabilities.native_cloning
+        if request.prompt is not None:
+            cached = self.voice_for(request.prompt, calibrate if matched else None)
+            profile = cached.profile
+            if capabilities.native_cloning:
+                prompt = request.prompt
+            elif cached.match is not None:
+                transform = cached.match.transform.composed_with(transform)
+        speech = SpeechRequest(
+            text=request.text,
+            language=language,
+            speed=speed,
+            seed=seed,
+            prompt=prompt,
+            style=style,
+            instruction=instruction,
+            sentence_silence_s=request.sentence_silence_s,
+            options=dict(request.options),
+        )
+        return VoicePlan(speech, transform, profile, matched)
+
+    def voice_for(self, prompt: PromptAudio, calibrate: Calibrate | None) -> CachedVoice:
+        """The cached profile for this prompt, built on a miss and matched (once) when ``calibrate`` is given."""
+        cached = self.cache.get(prompt.sha256)
+        if cached is None:
             try:
                 profile = build_profile(prompt, self.matcher.encoder, self.device)
             except (ValueError, RuntimeError) as exc:  # Praat and numpy refuse degenerate audio this way
@@ -82,26 +123,18 @@ class VoiceStage:
                 raise InvalidPromptError(
                     "The voice prompt could not be analysed; please use a clear recording of one person speaking."
                 ) from exc
-        if profile.match is None:
-            profile = profile.with_match(self.matcher.match(profile, calibrate))
-        self.cache.put(profile)
-        return profile
+            cached = self.cache.put(profile)
+        if calibrate is not None and cached.match is None:
+            cached = self.cache.put(cached.profile, self.matcher.match(cached.profile, calibrate))
+        return cached
 
-    def render(
-        self, audio: np.ndarray, sample_rate: int, profile: SpeakerProfile | None, adjust: StyleAdjust
-    ) -> np.ndarray:
-        transform = VoiceTransform.identity()
-        if profile is not None and profile.match is not None:
-            transform = profile.match.transform
-        transform = transform.composed_with(style_transform(adjust))
-        if transform == VoiceTransform.identity():
-            return audio
-        return apply_transform(audio, sample_rate, transform)
-
-    def scores(self, draft: np.ndarray, output: np.ndarray, sample_rate: int, profile: SpeakerProfile) -> CloneScores:
-        similarity, f0_output = self.matcher.score(output, sample_rate, profile)
-        similarity_base = self.matcher.similarity(draft, sample_rate, profile)
-        return CloneScores(similarity, similarity_base, profile.f0_median_hz, f0_output)
+    def scores(self, draft: np.ndarray, output: np.ndarray, sample_rate: int, plan: VoicePlan) -> CloneScores | None:
+        """Similarity to the prompt (and of the unmatched draft, where the engine matched) and median pitch."""
+        if plan.profile is None:
+            return None
+        similarity, f0_output = self.matcher.score(output, sample_rate, plan.profile)
+        base = self.matcher.similarity(draft, sample_rate, plan.profile) if plan.matched else None
+        return CloneScores(similarity, base, plan.profile.f0_median_hz, f0_output)
 
     def cache_stats(self) -> ProfileCacheStats:
         return self.cache.stats()

@@ -154,7 +154,6 @@ def _evaluate_prompt(
     transcript = transcript_path.read_text(encoding="utf-8").strip() if transcript_path.is_file() else ""
     profile = build_profile(load_prompt(path, transcript), matcher.encoder)
     match = matcher.match(profile, lambda: calibration)
-    profile = profile.with_match(match)
     sim_base, sim_matched, f0_out, wer_matched = [], [], [], []
     seconds, duration = 0.0, 0.0
     for base in bases:
@@ -224,17 +223,16 @@ def piper_onnx_synthesizer() -> Synthesize:
 
 def piper_torch_synthesizer(device: str = "cpu") -> Synthesize:
     """The built-in voice through our PyTorch backend, as the engine runs it (no matching, no style)."""
-    from voicelab.backends.base import VitsControls
+    from voicelab.backends.base import SpeechRequest
     from voicelab.backends.piper.backend import PiperBackend
-    from voicelab.engine.pipeline import synthesize_text
 
     backend = PiperBackend()
     backend.load(device, "float32")
 
     def synthesize(text: str) -> tuple[np.ndarray, int]:
         with torch.inference_mode():
-            draft = synthesize_text(backend, text, VitsControls(), 0.2, None)
-        return draft.audio, draft.sample_rate
+            chunks = [c.audio for c in backend.synthesize(SpeechRequest(text, "en", seed=0))]
+        return np.concatenate(chunks), backend.sample_rate
 
     return synthesize
 

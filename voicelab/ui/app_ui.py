@@ -1,7 +1,7 @@
 """The VoiceLab studio: layout first, then all event wiring in one place.
 
-``build_ui`` needs a running ``EngineClient`` (the UI's only handle on the model) and, optionally, the
-telemetry sampler for the resource panel. It imports no torch and loads no model. Launch it with
+``build_ui`` needs a running engine client (the UI's only handle on the model, through the generation
+service) and, optionally, the telemetry sampler for the resource panel. It imports no torch and loads no model. Launch it with
 ``voicelab.ui.serving.launch_options(settings)`` so only the outputs folder is served.
 """
 
@@ -13,16 +13,18 @@ from typing import Any
 
 import gradio as gr
 
+from voicelab.engine.api import Engine
 from voicelab.history import History
 from voicelab.settings import Settings
+from voicelab.studio import GenerationService
 from voicelab.ui import handlers as actions
 from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
-from voicelab.ui.handlers import Engine, Studio
+from voicelab.ui.handlers import Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
 from voicelab.ui.serving import configure_environment
-from voicelab.ui.speak_tab import SpeakView, speak_layout
+from voicelab.ui.speak_tab import SpeakView, can_stream, speak_layout
 
 GENERATE_CONCURRENCY_HEADROOM = 1  # one more than the engine queue, so the engine (not Gradio) says "busy"
 
@@ -50,7 +52,7 @@ def build_ui(client: Engine, settings: Settings, telemetry: Any | None = None) -
     history = History(paths.history)
     history.sweep()
     handlers = Handlers(
-        Studio(client, history, settings, telemetry, paths.gradio_temp),
+        Studio(GenerationService(client, history, settings, telemetry), paths.gradio_temp, can_stream()),
         HistoryBrowser(history),
         ResourcePanel(client, telemetry),
     )
@@ -85,7 +87,7 @@ def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings)
         [speak.generate.click, speak.text.submit],
         handlers.studio.speak,
         inputs=speak.inputs,
-        outputs=[speak.audio, speak.meta],
+        outputs=[speak.live, speak.audio, speak.meta],
         concurrency_limit=generate_limit,
         concurrency_id="generate",
         api_name="speak",
@@ -96,7 +98,7 @@ def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings)
         [clone.generate.click],
         handlers.studio.clone,
         inputs=clone.inputs,
-        outputs=[clone.audio, clone.meta, clone.figures],
+        outputs=[clone.live, clone.audio, clone.meta, clone.figures],
         concurrency_limit=generate_limit,
         concurrency_id="generate",
         api_name="clone",

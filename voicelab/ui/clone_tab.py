@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from voicelab.ui.speak_tab import sampling_controls
+from voicelab.ui.speak_tab import live_player, sampling_controls
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class CloneView:
     silence: gr.Slider
     seed: gr.Number
     generate: gr.Button
+    live: gr.Audio
     audio: gr.Audio
     meta: gr.Markdown
     figures: gr.Markdown
@@ -43,11 +44,12 @@ def clone_layout() -> CloneView:
     text = gr.Textbox(label="Text", lines=3, placeholder="Type what the cloned voice should say…", elem_id="clone-text")
     speed, noise_scale, noise_w, silence, seed = sampling_controls("clone")
     generate = gr.Button("Clone and speak", variant="primary", elem_id="clone-generate")
+    live = live_player("clone")
     audio = gr.Audio(
         label="Cloned speech", type="filepath", interactive=False, elem_id="clone-audio", buttons=["download"]
     )
     figures = gr.Markdown(elem_id="clone-figures")
     meta = gr.Markdown(elem_id="clone-meta", elem_classes="vl-meta")
     return CloneView(
-        prompt, transcript, text, speed, noise_scale, noise_w, silence, seed, generate, audio, meta, figures
+        prompt, transcript, text, speed, noise_scale, noise_w, silence, seed, generate, live, audio, meta, figures
     )

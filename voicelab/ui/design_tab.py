@@ -8,7 +8,8 @@ import gradio as gr
 
 from voicelab.instruct import controls
 from voicelab.instruct.presets import PRESET_NAMES
-from voicelab.ui.handlers import CONTROL_NAMES, MAX_TAKES
+from voicelab.studio import MAX_TAKES
+from voicelab.ui.handlers import CONTROL_NAMES
 
 CONTROL_CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
     "age": ("Age", controls.AGE_CHOICES),

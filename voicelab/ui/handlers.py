@@ -1,10 +1,11 @@
-"""What the Generate buttons do: build a request, run it on the engine, save it to history, describe it.
+"""What the Generate buttons do: turn the widgets into a ``GenerationRequest``, call the service, show the result.
 
-Handlers are a few lines each. Errors the user can act on are ``VoiceLabError``s; :func:`shows_errors` turns
-them into ``gr.Error`` with exactly their sentence (no traceback). A failed save to history is not an error
-for the user: the audio is still returned and the status line says why it was not kept. The unsaved audio is
-written as a WAV into Gradio's cache folder here (so Gradio does not copy it), which lets a failing write (a full
-disk) reach the user as one sentence instead of Gradio's postprocess error.
+Handlers are a few lines each; validation, the engine, History and errors are the generation service's
+(``voicelab.studio``). Errors the user can act on are ``VoiceLabError``s; :func:`shows_errors` turns them into
+``gr.Error`` with exactly their sentence (no traceback). A failed save to History is not an error for the user:
+the audio is still returned, a warning says why it was not kept, and the unsaved audio is written as a WAV into
+Gradio's cache folder here (so a full disk reaches the user as one sentence, not Gradio's postprocess error).
+Speak and Clone stream: the live player gets each chunk as the engine finishes it, the status line counts them.
 """
 
 from __future__ import annotations
@@ -13,36 +14,27 @@ import contextlib
 import errno
 import functools
 import hashlib
+import inspect
 import logging
 import os
 import tempfile
-from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import gradio as gr
 import numpy as np
 
-from voicelab.engine.client import EngineStatus, RestartReport
-from voicelab.engine.messages import CleanReport, PromptAudio, SegmentSnapshot, SynthesisRequest, SynthesisResult
-from voicelab.engine.validation import clean_text
-from voicelab.errors import (
-    InvalidPromptError,
-    InvalidSettingError,
-    JobTimeoutError,
-    StorageError,
-    VoiceLabError,
-)
-from voicelab.history import History, HistoryEntry, encode_wav
+from voicelab.engine.messages import ChunkReady, SynthesisResult
+from voicelab.errors import InvalidPromptError, StorageError, VoiceLabError
+from voicelab.history import encode_wav
 from voicelab.instruct.controls import UNSPECIFIED, controls_to_style, resolve_style
 from voicelab.instruct.parser import ParsedInstruction
 from voicelab.instruct.presets import get_preset
 from voicelab.instruct.style import Style
-from voicelab.settings import Settings
-from voicelab.voice.intake import load_prompt
+from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Take
+from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
 
@@ -50,36 +42,24 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 AudioValue = str | tuple[int, np.ndarray]
-SPEED_LIMITS = (0.5, 2.0)
-MAX_TAKES = 4
 DISK_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 CONTROL_NAMES = ("age", "gender", "pitch", "pitch_variation", "volume", "speed", "emotion")  # controls_to_style order
-
-
-class Engine(Protocol):
-    """The part of ``EngineClient`` the UI uses (tests may pass a stand-in)."""
-
-    settings: Settings
-
-    def submit(self, request: SynthesisRequest) -> Future[SynthesisResult]: ...
-
-    def clean_cache(self, clear_profiles: bool = False) -> CleanReport: ...
-
-    def soft_restart(self, force: bool = False) -> RestartReport: ...
-
-    def memory_snapshot(self) -> SegmentSnapshot: ...
-
-    def status(self) -> EngineStatus: ...
-
-
-class JobTimeline(Protocol):
-    """Where finished jobs are marked (the telemetry sampler's memory timeline)."""
-
-    def mark_job(self, job_id: str, latency_s: float) -> None: ...
+SpeakOutputs = tuple[Any, Any, str]  # live chunk, saved audio, status line
 
 
 def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
-    """Show a VoiceLabError as a Gradio error popup carrying exactly its sentence."""
+    """Show a VoiceLabError as a Gradio error popup carrying exactly its sentence (generators too)."""
+    if inspect.isgeneratorfunction(handler):
+
+        @functools.wraps(handler)
+        def stream(*args: P.args, **kwargs: P.kwargs) -> Any:
+            try:
+                yield from handler(*args, **kwargs)  # type: ignore[misc]
+            except VoiceLabError as exc:
+                log.info("shown to the user: %s", exc)
+                raise gr.Error(str(exc), print_exception=False) from exc
+
+        return stream  # type: ignore[return-value]
 
     @functools.wraps(handler)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -90,15 +70,6 @@ def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
             raise gr.Error(str(exc), print_exception=False) from exc
 
     return wrapper
-
-
-def length_scale_for(speed: float | None) -> float | None:
-    """The speed slider as VITS length scale; speed 1 means "the voice's own" (``None``)."""
-    if speed is None or speed == 1.0:
-        return None
-    if not SPEED_LIMITS[0] <= speed <= SPEED_LIMITS[1]:
-        raise InvalidSettingError(f"Speed must be between {SPEED_LIMITS[0]} and {SPEED_LIMITS[1]}.")
-    return round(1.0 / speed, 4)
 
 
 def seed_for(value: float | None) -> int | None:
@@ -112,6 +83,7 @@ def metadata_line(result: SynthesisResult) -> str:
     """One line a user reads after each generation."""
     parts = [
         f"latency {result.latency_s:.2f} s",
+        f"first audio {result.first_audio_s:.2f} s" if result.chunks > 1 else "",
         f"RTF {result.rtf:.3f}",
         f"{result.duration_s:.2f} s of audio",
         result.device,
@@ -122,78 +94,77 @@ def metadata_line(result: SynthesisResult) -> str:
     return " · ".join(p for p in parts if p)
 
 
-@dataclass(frozen=True)
-class Generation:
-    """A finished job as the UI shows it: what to play, what to say about it, where it was kept."""
+def progress_line(chunk: ChunkReady, seconds: float) -> str:
+    """Shown while a long text is still being made."""
+    return f"Generating… part {chunk.index + 1} ready ({seconds:.1f} s of audio so far, {chunk.elapsed_s:.1f} s)"
 
-    result: SynthesisResult
+
+@dataclass(frozen=True)
+class Shown:
+    """A finished take as the UI shows it: what to play and what to say about it."""
+
+    take: Take
     audio: AudioValue
     status: str
-    entry: HistoryEntry | None
 
 
 class Studio:
-    """Runs generations for every tab; one per app, holding the engine and the history folder."""
+    """The tabs' handlers over one ``GenerationService``; ``cache_dir`` is Gradio's, for unsaved audio."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        history: History,
-        settings: Settings,
-        timeline: JobTimeline | None = None,
-        cache_dir: Path | None = None,
-    ) -> None:
-        """``cache_dir`` is Gradio's cache folder, where unsaved audio is written; ``None`` returns it as an array."""
-        self.engine = engine
-        self.history = history
-        self.settings = settings
-        self.timeline = timeline
+    def __init__(self, service: GenerationService, cache_dir: Path | None = None, streaming: bool = True) -> None:
+        self.service = service
         self.cache_dir = cache_dir
+        self.streaming = streaming
 
-    @property
-    def wait_s(self) -> float:
-        """How long a handler waits: every queued job may use its full timeout before ours runs."""
-        return self.settings.job_timeout_s * (self.settings.queue_size + 1) + 30.0
+    def options(self, noise_scale: float | None, noise_w: float | None) -> dict[str, float]:
+        """The Advanced sliders, kept only where the loaded backend has such an option."""
+        capabilities = self.service.capabilities()
+        given = {"noise_scale": noise_scale, "noise_w": noise_w}
+        names = {o.name for o in capabilities.options} if capabilities else set(given)
+        return {k: float(v) for k, v in given.items() if v is not None and k in names}
 
-    def generate(self, request: SynthesisRequest, kind: str) -> Generation:
-        """Submit (EngineBusyError at once when the queue is full), wait, keep it in history."""
-        future = self.engine.submit(request)
-        try:
-            result = future.result(self.wait_s)
-        except FutureTimeout as exc:
-            raise JobTimeoutError("The engine did not answer in time; please try again.") from exc
-        if self.timeline is not None:
-            self.timeline.mark_job(result.job_id, result.latency_s)
-        status = metadata_line(result)
-        notices = " ".join(result.notices)
-        entry: HistoryEntry | None = None
-        audio: AudioValue = (result.sample_rate, result.audio)
-        try:
-            entry = self.history.save(request, result, kind)
-            audio = str(entry.audio_path)
-        except StorageError as exc:
-            log.warning("generation %s not kept: %s", result.job_id, exc)
-            gr.Warning(str(exc))
-            notices = f"{notices} {exc}".strip()
+    def show(self, take: Take) -> Shown:
+        """Where to play it from (the History file, else a WAV in Gradio's cache) and its status line."""
+        notices = " ".join(take.result.notices)
+        audio: AudioValue = (take.result.sample_rate, take.result.audio)
+        if take.entry is not None:
+            audio = str(take.entry.audio_path)
+        else:
+            if take.storage_error:
+                gr.Warning(take.storage_error)
+                notices = f"{notices} {take.storage_error}".strip()
             if self.cache_dir is not None:
-                audio = str(write_playable(result, self.cache_dir))
-        return Generation(result, audio, f"{status}\n\n{notices}".strip(), entry)
+                audio = str(write_playable(take.result, self.cache_dir))
+        return Shown(take, audio, f"{metadata_line(take.result)}\n\n{notices}".strip())
+
+    def run_streaming(self, request: GenerationRequest) -> Iterator[tuple[Any, Any, str, Shown | None]]:
+        """(live chunk, saved audio, status, finished take) as the engine makes them."""
+        prepared = self.service.prepare(request)
+        heard = 0.0
+        for event in self.service.stream(prepared):
+            if isinstance(event, ChunkReady):
+                heard += event.chunk.duration_s
+                live = encode_wav(event.chunk.audio, event.chunk.sample_rate) if self.streaming else gr.skip()
+                yield live, gr.skip(), progress_line(event, heard), None
+            else:
+                shown = self.show(event)
+                yield gr.skip(), shown.audio, shown.status, shown
 
     @shows_errors
     def speak(
         self, text: str, speed: float, noise_scale: float, noise_w: float, silence_s: float, seed: float | None
-    ) -> tuple[AudioValue, str]:
+    ) -> Iterator[SpeakOutputs]:
         """The Speak tab's Generate button."""
-        request = SynthesisRequest(
-            text=clean_text(text or "", self.settings.max_text_chars),
-            length_scale=length_scale_for(speed),
-            noise_scale=noise_scale,
-            noise_w=noise_w,
-            sentence_silence_s=silence_s,
+        request = GenerationRequest(
+            text=text or "",
+            kind="speak",
+            speed=float(speed or 1.0),
             seed=seed_for(seed),
+            sentence_silence_s=silence_s,
+            options=self.options(noise_scale, noise_w),
         )
-        generation = self.generate(request, "speak")
-        return generation.audio, generation.status
+        for live, saved, status, _ in self.run_streaming(request):
+            yield live, saved, status
 
     @shows_errors
     def clone(
@@ -206,38 +177,43 @@ class Studio:
         noise_w: float,
         silence_s: float,
         seed: float | None,
-    ) -> tuple[AudioValue, str, str]:
-        """The Clone tab's button: validate the prompt here (its sentence comes at once), then generate."""
-        text = clean_text(text or "", self.settings.max_text_chars)
+    ) -> Iterator[tuple[Any, Any, str, Any]]:
+        """The Clone tab's button: the prompt's sentence comes at once, before anything is queued."""
         if not prompt_path:
             raise InvalidPromptError("Please upload or record a voice prompt first.")
-        prompt = load_prompt(prompt_path, (transcript or "").strip(), max_bytes=self.settings.max_upload_mb * 2**20)
-        request = SynthesisRequest(
-            text=text,
-            length_scale=length_scale_for(speed),
-            noise_scale=noise_scale,
-            noise_w=noise_w,
-            sentence_silence_s=silence_s,
+        request = GenerationRequest(
+            text=text or "",
+            kind="clone",
+            prompt=PromptClip(prompt_path, transcript or ""),
+            speed=float(speed or 1.0),
             seed=seed_for(seed),
-            prompt=prompt,
+            sentence_silence_s=silence_s,
+            options=self.options(noise_scale, noise_w),
         )
-        generation = self.generate(request, "clone")
-        return generation.audio, generation.status, clone_figures(generation.result, prompt)
+        for live, saved, status, shown in self.run_streaming(request):
+            if shown is None:
+                yield live, saved, status, gr.skip()
+            else:
+                prompt = shown.take.request.prompt
+                yield live, saved, status, clone_figures(shown.take.result, prompt) if prompt else ""
 
     @shows_errors
     def design(self, text: str, takes: float, instruction: str, *choices: str | None) -> tuple[Any, ...]:
         """The Design tab's Generate: one resolved style, ``takes`` generations with fresh seeds."""
-        text = clean_text(text or "", self.settings.max_text_chars)
-        parsed = resolve_style(instruction or "", controls_to_style(*choices))
         count = min(max(int(takes), 1), MAX_TAKES)
-        done = [
-            self.generate(SynthesisRequest(text=text, style=parsed.style, instruction=instruction or ""), "design")
-            for _ in range(count)
-        ]
-        players = [gr.update(value=g.audio, visible=True) for g in done]
+        request = GenerationRequest(
+            text=text or "",
+            kind="design",
+            instruction=instruction or "",
+            style=controls_to_style(*choices),
+            takes=count,
+        )
+        generation = self.service.generate(request)
+        shown = [self.show(take) for take in generation.takes]
+        players = [gr.update(value=s.audio, visible=True) for s in shown]
         players += [gr.update(value=None, visible=False) for _ in range(MAX_TAKES - count)]
-        meta = "\n\n".join(f"take {i + 1}: {g.status}" for i, g in enumerate(done))
-        return (*players, meta, describe_parsed(parsed))
+        meta = "\n\n".join(f"take {i + 1}: {s.status}" for i, s in enumerate(shown))
+        return (*players, meta, describe_parsed(generation.parsed))
 
 
 def write_playable(result: SynthesisResult, cache_dir: Path) -> Path:

@@ -17,12 +17,13 @@ from typing import Any, Protocol
 import gradio as gr
 from PIL import Image
 
-from voicelab.engine.client import EngineStatus
+from voicelab.engine.api import Engine
 from voicelab.engine.messages import AllocatorStats, CleanReport
+from voicelab.engine.status import EngineStatus
 from voicelab.telemetry.pictures import format_bytes, format_percent, panel_summary, segment_map_figure, timeline_figure
 from voicelab.telemetry.ring import RingBuffer
 from voicelab.telemetry.samples import MemorySample
-from voicelab.ui.handlers import Engine, shows_errors
+from voicelab.ui.handlers import shows_errors
 
 TIMELINE_MINUTES = 10.0
 

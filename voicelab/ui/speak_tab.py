@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 
 import gradio as gr
@@ -23,12 +24,30 @@ class SpeakView:
     silence: gr.Slider
     seed: gr.Number
     generate: gr.Button
+    live: gr.Audio
     audio: gr.Audio
     meta: gr.Markdown
 
     @property
     def inputs(self) -> list[gr.components.Component]:
         return [self.text, self.speed, self.noise_scale, self.noise_w, self.silence, self.seed]
+
+
+def can_stream() -> bool:
+    """Gradio encodes streamed audio with ffmpeg; without it the tabs show the finished audio only."""
+    return shutil.which("ffmpeg") is not None
+
+
+def live_player(prefix: str) -> gr.Audio:
+    """Plays each part as the engine finishes it (first sentence first), before the whole text is made."""
+    return gr.Audio(
+        label="Live (plays as it is made)",
+        streaming=True,
+        autoplay=True,
+        interactive=False,
+        visible=can_stream(),
+        elem_id=f"{prefix}-live",
+    )
 
 
 def sampling_controls(prefix: str) -> tuple[gr.Slider, gr.Slider, gr.Slider, gr.Slider, gr.Number]:
@@ -52,7 +71,8 @@ def speak_layout() -> SpeakView:
     )
     speed, noise_scale, noise_w, silence, seed = sampling_controls("speak")
     generate = gr.Button("Generate", variant="primary", elem_id="speak-generate")
+    live = live_player("speak")
     audio = gr.Audio(label="Speech", type="filepath", interactive=False, elem_id="speak-audio", buttons=["download"])
     meta = gr.Markdown(elem_id="speak-meta", elem_classes="vl-meta")
     gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[text], label="Examples", cache_examples=False)
-    return SpeakView(text, speed, noise_scale, noise_w, silence, seed, generate, audio, meta)
+    return SpeakView(text, speed, noise_scale, noise_w, silence, seed, generate, live, audio, meta)

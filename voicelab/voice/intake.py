@@ -16,9 +16,9 @@ import numpy as np
 import soundfile as sf
 from scipy.signal import butter, sosfilt
 
-from voicelab.engine.messages import PromptAudio
 from voicelab.errors import InvalidPromptError
 from voicelab.voice.analysis import FRAME_S, active_frames, active_rms_dbfs, frame_levels_db, pitch_track, resample
+from voicelab.voice.prompt import SILENCE_PEAK, PromptAudio, check_prompt_audio
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,6 @@ PEAK_CEILING = 0.95
 MIN_SOURCE_RATE = 8000
 MAX_DECODE_S = 120.0  # never decode more than this from the start of a file
 EDGE_PAD_S = 0.05  # silence kept before the first and after the last speech frame
-SILENCE_PEAK = 1e-4  # -80 dBFS
 MIN_VOICED_S = 0.25
 MIN_VOICED_SHARE = 0.10
 _BLOCK_VALUES = 1 << 20  # samples (frames x channels) decoded at a time
@@ -70,7 +69,9 @@ def load_prompt(
     samples = _normalise_loudness(trimmed)
     digest = hashlib.sha256(samples.tobytes()).hexdigest()
     log.info("prompt accepted: %.2f s, sha256 %s", len(samples) / PROCESS_RATE, digest[:12])
-    return PromptAudio(samples, PROCESS_RATE, digest, transcript=transcript, notices=tuple(notices))
+    prompt = PromptAudio(samples, PROCESS_RATE, digest, transcript=transcript, notices=tuple(notices))
+    check_prompt_audio(prompt)
+    return prompt
 
 
 def _open(source: str | Path | bytes, max_bytes: int) -> BinaryIO | Path:

@@ -103,12 +103,13 @@ class VoiceMatcher:
         ``12 * log2(f0_prompt / f0_base)`` semitones: the backend's median moves by several percent from
         sentence to sentence, so a fixed shift measured on the calibration sentence misses the target.
         """
-        spread = profile.f0_range_st / base.f0_range_st if base.f0_range_st > 0 and profile.f0_range_st > 0 else 1.0
+        own = profile.stats
+        spread = own.f0_range_st / base.f0_range_st if base.f0_range_st > 0 and own.f0_range_st > 0 else 1.0
         return VoiceTransform(
-            f0_target_hz=profile.f0_median_hz if profile.f0_median_hz > 0 else None,
+            f0_target_hz=profile.stats.f0_median_hz if profile.stats.f0_median_hz > 0 else None,
             pitch_range=_clamp(spread, RANGE_LIMITS),
-            formant_factor=_clamp(formant_ratio(profile.formants_hz, base.formants_hz), FORMANT_LIMITS),
-            gain_db=profile.loudness_dbfs - base.loudness_dbfs if math.isfinite(base.loudness_dbfs) else 0.0,
+            formant_factor=_clamp(formant_ratio(profile.stats.formants_hz, base.formants_hz), FORMANT_LIMITS),
+            gain_db=profile.stats.loudness_dbfs - base.loudness_dbfs if math.isfinite(base.loudness_dbfs) else 0.0,
         )
 
     def match(
@@ -172,7 +173,7 @@ class _Search:
         key = (c.pitch_offset_st, c.range_factor, c.formant_factor)
         if key not in self.renders:
             audio = render_world(self.features, self._voice(c))
-            eq = smooth_eq(self.profile.ltas_db, ltas_db(resample(audio, self.sr, ENCODER_RATE), ENCODER_RATE))
+            eq = smooth_eq(self.profile.stats.ltas_db, ltas_db(resample(audio, self.sr, ENCODER_RATE), ENCODER_RATE))
             self.renders[key] = (audio, eq)
         return self.renders[key]
 

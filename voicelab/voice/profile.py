@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from voicelab.engine.messages import PromptAudio
 from voicelab.voice.analysis import VoiceStats, analyse_voice
 from voicelab.voice.encoder import SpeakerEncoder
-
-if TYPE_CHECKING:
-    from voicelab.voice.matcher import MatchResult
+from voicelab.voice.prompt import PromptAudio
 
 # F1 moves most with vowel and pitch, so the vocal-tract scale leans on F2 and F3.
 FORMANT_WEIGHTS = (0.2, 0.4, 0.4)
@@ -25,34 +21,18 @@ class SpeakerProfile:
     """A prompt voice, keyed by the sha256 of its processed samples.
 
     embedding: unit-norm GE2E embedding (256,) on the worker's device.
-    f0_median_hz / f0_range_st: median F0 and its 5-95 percentile spread in semitones (Praat).
-    formants_hz: median F1-F3 over voiced frames; ``formant_scale`` compares them with another voice.
-    ltas_db: long-term average spectrum in the analysis bands, relative to its mean.
-    loudness_dbfs: RMS level of the active frames.
-    match: the matcher's result for the backend voice, once computed.
+    stats: pitch, formants, long-term spectrum and loudness of the prompt (``voice.analysis.VoiceStats``).
+    The matcher's result for a backend voice is kept beside the profile (``voice.cache.CachedVoice``).
     """
 
     sha256: str
     embedding: torch.Tensor
-    f0_median_hz: float
-    f0_range_st: float
-    voiced_ratio: float
-    formants_hz: tuple[float, float, float]
-    ltas_db: tuple[float, ...]
-    loudness_dbfs: float
+    stats: VoiceStats
     duration_s: float
-    match: MatchResult | None = None
 
     @property
-    def stats(self) -> VoiceStats:
-        return VoiceStats(
-            f0_median_hz=self.f0_median_hz,
-            f0_range_st=self.f0_range_st,
-            voiced_ratio=self.voiced_ratio,
-            formants_hz=self.formants_hz,
-            ltas_db=self.ltas_db,
-            loudness_dbfs=self.loudness_dbfs,
-        )
+    def f0_median_hz(self) -> float:
+        return self.stats.f0_median_hz
 
     @property
     def device_bytes(self) -> int:
@@ -61,11 +41,7 @@ class SpeakerProfile:
 
     def formant_scale(self, reference: VoiceStats) -> float:
         """Estimated vocal-tract scale of this voice relative to ``reference`` (>1: shorter tract, higher formants)."""
-        return formant_ratio(self.formants_hz, reference.formants_hz)
-
-    def with_match(self, match: MatchResult) -> SpeakerProfile:
-        """The same profile carrying the matcher's result."""
-        return replace(self, match=match)
+        return formant_ratio(self.stats.formants_hz, reference.formants_hz)
 
 
 def formant_ratio(target: tuple[float, ...], reference: tuple[float, ...]) -> float:
@@ -85,15 +61,9 @@ def build_profile(
     embedding = encoder.embed(samples)
     if device is not None:
         embedding = embedding.to(device)
-    stats = analyse_voice(samples, prompt.sample_rate)
     return SpeakerProfile(
         sha256=prompt.sha256,
         embedding=embedding,
-        f0_median_hz=stats.f0_median_hz,
-        f0_range_st=stats.f0_range_st,
-        voiced_ratio=stats.voiced_ratio,
-        formants_hz=stats.formants_hz,
-        ltas_db=stats.ltas_db,
-        loudness_dbfs=stats.loudness_dbfs,
+        stats=analyse_voice(samples, prompt.sample_rate),
         duration_s=prompt.duration_s,
     )

@@ -6,24 +6,33 @@ import ctypes
 import ctypes.util
 import gc
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from voicelab.backends.base import VitsControls
+from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, OptionSpec, SpeechRequest, run_plainly
 from voicelab.backends.piper.config import VoiceConfig, read_voice_config
 from voicelab.backends.piper.frontend import PiperFrontend, Sentence
 from voicelab.backends.piper.model import VitsModel
 from voicelab.backends.piper.weights import load_model
-from voicelab.engine.messages import Capabilities
 from voicelab.errors import BackendLoadError, InvalidSettingError
+from voicelab.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class VitsControls:
+    """VITS sampling controls; ``None`` means the voice's default from its config."""
+
+    length_scale: float | None = None
+    noise_scale: float | None = None
+    noise_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -42,12 +51,14 @@ def default_voice_paths() -> tuple[Path, Path]:
 
 
 class PiperBackend:
-    """Loads on a device in a dtype; turns text into sentences and sentences into float32 waveforms.
+    """Loads on a device in a dtype; turns a request into sentences and sentences into float32 waveforms.
 
     Half precision (bfloat16/float16) applies to the flow and the HiFi-GAN decoder, where nearly all
     the arithmetic is; the text encoder and the duration predictor (exp and ceil of predicted log
     durations, a rational-quadratic spline) stay float32 so durations match the float32 model.
     On CPU float16 convolutions are far slower than float32, so float16 falls back to float32 there.
+    Streaming: the first sentence is synthesised alone, so it can play while the rest (in padded batches of
+    neighbouring sentences, in text order) is made.
     """
 
     name = "piper"
@@ -70,8 +81,16 @@ class PiperBackend:
 
     @property
     def capabilities(self) -> Capabilities:
+        options = (
+            OptionSpec("noise_scale", "Noise scale", 0.0, 2.0, self.config.noise_scale, "voice variation"),
+            OptionSpec("noise_w", "Noise w", 0.0, 2.0, self.config.noise_w, "rhythm variation"),
+        )
         return Capabilities(
-            clone=True, instruct=True, languages=(self.config.language,), streaming=False, sample_rate=self.sample_rate
+            languages=(self.config.language.replace("-", "_").split("_")[0].lower(),),  # "en_US" -> "en"
+            sample_rate=self.sample_rate,
+            streaming=True,
+            dtypes=tuple(DTYPES),
+            options=options,
         )
 
     @property
@@ -119,10 +138,38 @@ class PiperBackend:
     def text_to_sentences(self, text: str) -> list[Sequence[int]]:
         return [s.ids for s in self.frontend.sentences(text)]
 
-    def synthesize(
+    def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
+        """One chunk per group of sentences, in text order; every chunk but the first starts with the silence."""
+        sentences = self.frontend.sentences(request.text)
+        controls = self.controls_for(request)
+        generator = torch.Generator(device=self.device).manual_seed(request.seed)
+        gap = np.zeros(round(request.sentence_silence_s * self.sample_rate), dtype=np.float32)
+        for number, group in enumerate(stream_groups([len(s.ids) for s in sentences], self.batch_policy)):
+            ids = [sentences[i].ids for i in group]
+
+            def full(ids: list[Sequence[int]] = ids) -> list[np.ndarray]:
+                return self.synthesize_ids(ids, controls, generator)
+
+            def pieces(ids: list[Sequence[int]] = ids) -> list[np.ndarray]:
+                return [wave for one in ids for wave in self.synthesize_ids([one], controls, generator)]
+
+            waves = guard(full, pieces)
+            parts = [part for k, wave in enumerate(waves) for part in ((gap, wave) if number or k else (wave,))]
+            text = " ".join(sentences[i].text for i in group)
+            yield AudioChunk(np.concatenate(parts).astype(np.float32, copy=False), self.sample_rate, text)
+
+    def controls_for(self, request: SpeechRequest) -> VitsControls:
+        """The request's speed and options as VITS scales (the voice's own where not given)."""
+        return VitsControls(
+            length_scale=self.config.length_scale / request.speed,
+            noise_scale=request.options.get("noise_scale"),
+            noise_w=request.options.get("noise_w"),
+        )
+
+    def synthesize_ids(
         self, sentences: Sequence[Sequence[int]], controls: VitsControls, generator: torch.Generator | None
     ) -> list[np.ndarray]:
-        """One float32 waveform per sentence (model output in [-1, 1], not loudness-normalised)."""
+        """One float32 waveform per sentence of phoneme ids (model output in [-1, 1], not loudness-normalised)."""
         model = self._require_model()
         noise_scale, length_scale, noise_w = self._scales(controls)
         lengths = [len(s) for s in sentences]
@@ -161,14 +208,10 @@ class PiperBackend:
         return self._model
 
     def _scales(self, controls: VitsControls) -> tuple[float, float, float]:
-        """Controls with the voice's defaults filled in, validated."""
+        """Controls with the voice's defaults filled in (the limits are checked once, by the validator)."""
         noise_scale = self.config.noise_scale if controls.noise_scale is None else controls.noise_scale
         length_scale = self.config.length_scale if controls.length_scale is None else controls.length_scale
         noise_w = self.config.noise_w if controls.noise_w is None else controls.noise_w
-        if not 0.05 <= length_scale <= 20:
-            raise InvalidSettingError("The speaking-rate (length scale) must be between 0.05 and 20.")
-        if not (0 <= noise_scale <= 5 and 0 <= noise_w <= 5):
-            raise InvalidSettingError("The noise scales must be between 0 and 5.")
         return float(noise_scale), float(length_scale), float(noise_w)
 
 
@@ -203,3 +246,23 @@ def bucket_by_length(lengths: Sequence[int], policy: BatchPolicy) -> list[list[i
                 continue
         batches.append([i])
     return batches
+
+
+def stream_groups(lengths: Sequence[int], policy: BatchPolicy) -> list[list[int]]:
+    """Consecutive sentence indices in text order: the first sentence alone, then padded batches of neighbours."""
+    groups: list[list[int]] = []
+    for i, n in enumerate(lengths):
+        if len(groups) > 1:
+            group = groups[-1]
+            longest, shortest = max(lengths[j] for j in group), min(lengths[j] for j in group)
+            longest, shortest = max(longest, n), min(shortest, n)
+            if (len(group) + 1) * longest <= policy.max_padded_ids and longest <= policy.max_ratio * shortest:
+                group.append(i)
+                continue
+        groups.append([i])
+    return groups
+
+
+def create(settings: Settings) -> PiperBackend:
+    """The registry's factory: the voice file from ``--voice-path`` (the built-in voice when empty)."""
+    return PiperBackend(settings.voice_path or None)

@@ -1,16 +1,12 @@
-"""Piper weights converted from ``.onnx`` to a compact PyTorch file (optionally half precision).
+"""The compact PyTorch file format for Piper weights (optionally half precision).
 
 Used to take a voice to a machine without the voice package (the ONNX file of a medium voice is 63 MB; the
 float16 conversion is half that). Load it like an ``.onnx`` voice: ``PiperBackend("voice.pt")`` with the
-voice's config beside it as ``voice.pt.json``.
-
-    python -m voicelab.backends.piper.converted in.onnx out.pt [--dtype float16]
+voice's config beside it as ``voice.pt.json``. Written by ``python -m voicelab.backends.piper.convert``.
 """
 
 from __future__ import annotations
 
-import argparse
-import shutil
 from pathlib import Path
 
 import torch
@@ -20,19 +16,16 @@ from voicelab.errors import BackendLoadError
 FORMAT = "voicelab-piper-weights-1"
 
 
-def save_converted(onnx_path: str | Path, out_path: str | Path, dtype: torch.dtype = torch.float16) -> Path:
-    from voicelab.backends.piper.weights import read_voice_weights
-
-    weights = read_voice_weights(onnx_path)
+def write_converted(
+    tensors: dict[str, torch.Tensor], convs: dict[str, tuple[int, int]], out_path: Path, dtype: torch.dtype
+) -> None:
+    """Save state-dict tensors (cast to ``dtype``) and conv (stride, dilation) pairs."""
     payload = {
         "format": FORMAT,
-        "tensors": {name: tensor.to(dtype) for name, tensor in weights.tensors.items()},
-        "convs": {name: (spec.stride, spec.dilation) for name, spec in weights.convs.items()},
+        "tensors": {name: tensor.to(dtype) for name, tensor in tensors.items()},
+        "convs": convs,
     }
-    out = Path(out_path)
-    torch.save(payload, out)
-    shutil.copyfile(f"{onnx_path}.json", f"{out}.json")
-    return out
+    torch.save(payload, out_path)
 
 
 def read_converted(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, tuple[int, int]]]:
@@ -45,17 +38,3 @@ def read_converted(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, tuple
         raise BackendLoadError(f"The voice model {path} is not a VoiceLab converted Piper voice.")
     tensors = {name: tensor.float() for name, tensor in payload["tensors"].items()}
     return tensors, dict(payload["convs"])
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("onnx", type=Path)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--dtype", choices=("float16", "float32"), default="float16")
-    args = parser.parse_args()
-    out = save_converted(args.onnx, args.out, getattr(torch, args.dtype))
-    print(f"{out} ({out.stat().st_size / 2**20:.1f} MiB)")
-
-
-if __name__ == "__main__":
-    main()

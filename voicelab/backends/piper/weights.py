@@ -20,6 +20,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
+from voicelab.backends.piper.converted import read_converted
 from voicelab.backends.piper.model import VitsDims, VitsModel
 from voicelab.errors import BackendLoadError
 
@@ -53,8 +54,6 @@ def read_voice_weights(path: str | Path) -> VoiceWeights:
     if not path.is_file():
         raise BackendLoadError(f"The voice model {path} does not exist.")
     if path.suffix == ".pt":
-        from voicelab.backends.piper.converted import read_converted
-
         converted, pairs = read_converted(path)
         return VoiceWeights(converted, {name: ConvSpec(*pair) for name, pair in pairs.items()})
     try:

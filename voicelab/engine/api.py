@@ -1,0 +1,33 @@
+"""The engine as every front end sees it: ``EngineClient`` (worker process) and ``InprocClient`` both fit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from voicelab.engine.jobs import Job
+from voicelab.engine.messages import AllocatorStats, CleanReport, SegmentSnapshot, SynthesisRequest, WorkerReady
+from voicelab.engine.status import EngineStatus, RestartReport
+from voicelab.settings import Settings
+
+
+class Engine(Protocol):
+    settings: Settings
+
+    def submit(self, request: SynthesisRequest) -> Job:
+        """Queue a job (``EngineBusyError`` at once when the queue is full); its chunks and result follow."""
+        ...
+
+    def clean_cache(self, clear_profiles: bool = False) -> CleanReport: ...
+
+    def soft_restart(self, force: bool = False) -> RestartReport: ...
+
+    def memory_snapshot(self) -> SegmentSnapshot: ...
+
+    def status(self) -> EngineStatus: ...
+
+    def wait_ready(self, timeout: float = ...) -> WorkerReady: ...
+
+    def add_stats_listener(self, listener: Callable[[AllocatorStats], None]) -> None: ...
+
+    def close(self, timeout: float = ...) -> None: ...

@@ -1,0 +1,191 @@
+"""The generation service: the one place that turns what a user asked into speech, for every front end.
+
+Gradio handlers, the CLI, the benchmarks and the HTTP API all call ``GenerationService``: it validates once
+(text, language, controls, backend options, the prompt clip through intake, the instruction through the
+parser), submits through an ``Engine`` (the worker client or the in-process one), saves each take to History
+and returns a typed ``Generation``, or streams the first take's chunks as they are ready. Gradio-free.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from voicelab.backends.base import Capabilities
+from voicelab.engine.api import Engine
+from voicelab.engine.jobs import Job
+from voicelab.engine.messages import ChunkReady, SynthesisRequest, SynthesisResult
+from voicelab.engine.validation import validate_request
+from voicelab.errors import InvalidPromptError, InvalidSettingError, JobTimeoutError, StorageError
+from voicelab.history import History, HistoryEntry
+from voicelab.instruct.controls import resolve_style
+from voicelab.instruct.parser import ParsedInstruction
+from voicelab.instruct.style import Style
+from voicelab.settings import Settings
+from voicelab.voice.intake import load_prompt
+from voicelab.voice.prompt import PromptAudio
+
+log = logging.getLogger(__name__)
+
+MAX_TAKES = 4
+
+
+class JobTimeline(Protocol):
+    """Where finished jobs are marked (the telemetry sampler's memory timeline)."""
+
+    def mark_job(self, job_id: str, latency_s: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class PromptClip:
+    """A voice prompt as a user gives it: a file path or the file's bytes, and an optional transcript."""
+
+    source: str | Path | bytes
+    transcript: str = ""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What a user asked, from any front end.
+
+    kind: the History label ("speak", "clone", "design", "api", "cli").
+    language: "auto" or a language code. prompt: a clip to clone, or an already loaded ``PromptAudio``.
+    instruction: natural-language style (English or Chinese); style: explicit controls that override it.
+    speed: speaking-rate multiplier (0.25-4). seed: ``None`` for a fresh one per take. takes: 1-4.
+    options: the backend's own controls by ``OptionSpec`` name (e.g. Piper's noise_scale).
+    """
+
+    text: str
+    kind: str = "speak"
+    language: str = "auto"
+    prompt: PromptClip | PromptAudio | None = None
+    instruction: str = ""
+    style: Style = field(default_factory=Style)
+    speed: float = 1.0
+    seed: int | None = None
+    takes: int = 1
+    sentence_silence_s: float = 0.2
+    options: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Take:
+    """One finished generation; ``entry`` is ``None`` when History could not keep it (``storage_error`` says why)."""
+
+    request: SynthesisRequest
+    result: SynthesisResult
+    entry: HistoryEntry | None
+    storage_error: str | None = None
+
+
+@dataclass(frozen=True)
+class PreparedGeneration:
+    """A validated request: one engine request per take, the parsed instruction and the loaded prompt."""
+
+    requests: tuple[SynthesisRequest, ...]
+    parsed: ParsedInstruction
+    prompt: PromptAudio | None
+    kind: str
+
+
+@dataclass(frozen=True)
+class Generation:
+    takes: tuple[Take, ...]
+    parsed: ParsedInstruction
+    prompt: PromptAudio | None
+
+    @property
+    def first(self) -> Take:
+        return self.takes[0]
+
+
+class GenerationService:
+    """One per server; holds the engine, History and the timeline of finished jobs."""
+
+    def __init__(
+        self, engine: Engine, history: History | None, settings: Settings, timeline: JobTimeline | None = None
+    ) -> None:
+        self.engine = engine
+        self.history = history
+        self.settings = settings
+        self.timeline = timeline
+
+    @property
+    def wait_s(self) -> float:
+        """How long a caller waits: every queued job may use its full timeout before ours runs."""
+        return self.settings.job_timeout_s * (self.settings.queue_size + 1) + 30.0
+
+    def capabilities(self) -> Capabilities | None:
+        """The loaded backend's capabilities (``None`` while the worker is still starting)."""
+        worker = self.engine.status().worker
+        return worker.capabilities if worker is not None else None
+
+    def prepare(self, request: GenerationRequest) -> PreparedGeneration:
+        """Validate everything once, before anything is queued; raises the user's sentence."""
+        if not 1 <= request.takes <= MAX_TAKES:
+            raise InvalidSettingError(f"Takes must be between 1 and {MAX_TAKES}.")
+        prompt = self._prompt(request.prompt)
+        parsed = resolve_style(request.instruction, request.style)
+        base = SynthesisRequest(
+            text=request.text,
+            language=request.language,
+            speed=request.speed,
+            seed=request.seed,
+            prompt=prompt,
+            style=parsed.style,
+            instruction=request.instruction,
+            sentence_silence_s=request.sentence_silence_s,
+            options=dict(request.options),
+        )
+        checked = validate_request(base, self.capabilities(), self.settings.max_text_chars)
+        requests = [checked]
+        for take in range(1, request.takes):
+            seed = None if checked.seed is None else checked.seed + take
+            requests.append(SynthesisRequest(**{**_fields(checked), "seed": seed}))
+        return PreparedGeneration(tuple(requests), parsed, prompt, request.kind)
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        """Every take, whole (the engine's queue answers "busy" at once when full)."""
+        prepared = self.prepare(request)
+        jobs = [self.engine.submit(r) for r in prepared.requests]
+        takes = tuple(self._finish(job, prepared.kind) for job in jobs)
+        return Generation(takes, prepared.parsed, prepared.prompt)
+
+    def stream(self, prepared: PreparedGeneration) -> Iterator[ChunkReady | Take]:
+        """The first take's chunks as they are ready, then its finished ``Take``."""
+        job = self.engine.submit(prepared.requests[0])
+        yield from job.chunks(timeout=self.wait_s)
+        yield self._finish(job, prepared.kind)
+
+    def _prompt(self, prompt: PromptClip | PromptAudio | None) -> PromptAudio | None:
+        if prompt is None or isinstance(prompt, PromptAudio):
+            return prompt
+        if isinstance(prompt.source, (str, Path)) and not str(prompt.source):
+            raise InvalidPromptError("Please upload or record a voice prompt first.")
+        max_bytes = self.settings.max_upload_mb * 2**20
+        return load_prompt(prompt.source, prompt.transcript.strip(), max_bytes=max_bytes)
+
+    def _finish(self, job: Job, kind: str) -> Take:
+        try:
+            result = job.result(self.wait_s)
+        except FutureTimeout as exc:
+            raise JobTimeoutError("The engine did not answer in time; please try again.") from exc
+        if self.timeline is not None:
+            self.timeline.mark_job(result.job_id, result.latency_s)
+        if self.history is None:
+            return Take(job.request, result, None)
+        try:
+            return Take(job.request, result, self.history.save(job.request, result, kind))
+        except StorageError as exc:
+            log.warning("generation %s not kept: %s", result.job_id, exc)
+            return Take(job.request, result, None, str(exc))
+
+
+def _fields(request: SynthesisRequest) -> dict[str, object]:
+    """A request's fields for a sibling take (a fresh job id and submission time)."""
+    keep = ("text", "language", "speed", "prompt", "style", "instruction", "sentence_silence_s", "options")
+    return {name: getattr(request, name) for name in keep}
