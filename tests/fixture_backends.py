@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, SpeechRequest, run_plainly
+from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, OptionSpec, SpeechRequest, run_plainly
 from voicelab.errors import BackendLoadError, InvalidTextError
 from voicelab.settings import Settings
 
@@ -43,7 +43,9 @@ class ToneBackend:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(languages=("en",), sample_rate=SAMPLE_RATE)
+        return Capabilities(
+            languages=("en",), sample_rate=SAMPLE_RATE, options=(OptionSpec("noise_scale", "Noise scale", 0, 2, 0.667),)
+        )
 
     def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
         sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", request.text) if s.strip()]

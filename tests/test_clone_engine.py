@@ -16,9 +16,10 @@ import torch
 
 from tests.audio_measures import measure
 from voicelab.engine.core import EngineCore
-from voicelab.engine.messages import PromptAudio, SynthesisRequest, SynthesisResult
+from voicelab.engine.messages import SynthesisRequest, SynthesisResult
 from voicelab.settings import Settings
 from voicelab.voice.intake import load_prompt
+from voicelab.voice.prompt import PromptAudio
 
 DATA = Path(__file__).parent / "data"
 CLIPS = ("arctic_slt_en_female", "arctic_awb_en_male", "librivox_en_male")

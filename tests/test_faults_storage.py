@@ -23,14 +23,15 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from tests.fixture_backends import SECONDS_PER_CHAR
+from tests.studio_helpers import make_studio, speak
 from voicelab.bench.load import audio_path
 from voicelab.bench.studio import AppProcess, panel_html
 from voicelab.engine.client import EngineClient
-from voicelab.engine.messages import SynthesisRequest
 from voicelab.errors import StorageError
 from voicelab.history import History
 from voicelab.settings import Settings
-from voicelab.ui.handlers import Studio, write_playable
+from voicelab.studio import GenerationRequest
+from voicelab.ui.handlers import write_playable
 from voicelab.ui.serving import configure_environment, launch_options, serving_paths
 
 TONE = "tests.fixture_backends:ToneBackend"
@@ -53,10 +54,10 @@ def test_full_disk_returns_the_audio_and_says_why(
     engine: EngineClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
     history = History(tmp_path / "history")
-    studio = Studio(engine, history, engine.settings)
+    studio = make_studio(engine, history)
     monkeypatch.setattr(f"voicelab.history.os.{failing}", _disk_full)
     with pytest.warns(UserWarning, match="could not be saved"):
-        audio, meta = studio.speak("Kept in memory only.", *SPEAK)
+        audio, meta = speak(studio, "Kept in memory only.", *SPEAK)
     assert isinstance(audio, tuple), "the audio comes back even though it could not be saved"
     rate, samples = audio
     assert len(samples) / rate == pytest.approx(len("Kept in memory only.") * SECONDS_PER_CHAR, abs=0.01)
@@ -65,7 +66,7 @@ def test_full_disk_returns_the_audio_and_says_why(
     assert "(No space left on device)." in reason and "Errno" not in reason and "Traceback" not in reason
     assert history.entries() == [] and list(history.root.iterdir()) == [], "no half entry and no temp file"
     monkeypatch.undo()
-    saved, _ = studio.speak("Space again.", *SPEAK)
+    saved, _ = speak(studio, "Space again.", *SPEAK)
     assert isinstance(saved, str) and Path(saved).parent == history.root and len(history.entries()) == 1
 
 
@@ -135,17 +136,17 @@ def test_unsaved_audio_is_written_into_gradios_cache(
     engine: EngineClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = tmp_path / "gradio"
-    studio = Studio(engine, History(tmp_path / "history"), engine.settings, cache_dir=cache)
+    studio = make_studio(engine, History(tmp_path / "history"), cache_dir=cache)
     monkeypatch.setattr("voicelab.history.os.fsync", _disk_full)
     with pytest.warns(UserWarning, match="could not be saved"):
-        audio, _ = studio.speak("Played from the cache.", *SPEAK)
+        audio, _ = speak(studio, "Played from the cache.", *SPEAK)
     assert isinstance(audio, str) and Path(audio).is_relative_to(cache) and audio.endswith(".wav")
     samples, rate = sf.read(audio)
     assert len(samples) / rate == pytest.approx(len("Played from the cache.") * SECONDS_PER_CHAR, abs=0.01)
     monkeypatch.undo()
     blocked = tmp_path / "blocked"
     blocked.write_text("not a folder", encoding="utf-8")
-    result = studio.generate(SynthesisRequest(text="Nowhere."), "speak").result
+    result = studio.service.generate(GenerationRequest(text="Nowhere.")).first.result
     with pytest.raises(StorageError, match=r"^The audio could not be saved or played \(Not a directory\)\.$"):
         write_playable(result, blocked / "cache")
 

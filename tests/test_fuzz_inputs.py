@@ -21,11 +21,12 @@ import pytest
 import soundfile as sf
 
 from voicelab.engine.client import EngineClient
-from voicelab.engine.messages import PromptAudio, SynthesisRequest, SynthesisResult
+from voicelab.engine.messages import SynthesisRequest, SynthesisResult
 from voicelab.errors import VoiceLabError
 from voicelab.settings import Settings
 from voicelab.voice.analysis import resample
 from voicelab.voice.intake import load_prompt
+from voicelab.voice.prompt import PromptAudio
 
 SEED = 20261130
 DATA = Path(__file__).parent / "data"

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from voicelab.engine.messages import PromptAudio, SynthesisRequest, SynthesisResult
+from voicelab.engine.messages import SynthesisRequest, SynthesisResult
 from voicelab.errors import StorageError
 from voicelab.history import History
 from voicelab.instruct.style import Emotion, Style
+from voicelab.voice.prompt import PromptAudio
 
 SR = 16000
 

@@ -17,8 +17,7 @@ import pytest
 import torch
 from piper.train.vits.models import SynthesizerTrn
 
-from voicelab.backends.base import VitsControls
-from voicelab.backends.piper.backend import PiperBackend
+from voicelab.backends.piper.backend import PiperBackend, VitsControls
 from voicelab.backends.piper.model import VitsModel
 from voicelab.backends.piper.weights import infer_dims, load_model, read_voice_weights
 
@@ -138,7 +137,7 @@ def test_backend_uses_the_default_speaker(tiny_voice: Path) -> None:
     backend = PiperBackend(str(tiny_voice))
     backend.load("cpu", "float32")
     assert backend.capabilities.sample_rate == 22050 and backend.config.default_speaker_id == 2
-    (audio,) = backend.synthesize([[1, 0, 5, 0, 17, 0, 2]], VitsControls(noise_scale=0.0, noise_w=0.0), None)
+    (audio,) = backend.synthesize_ids([[1, 0, 5, 0, 17, 0, 2]], VitsControls(noise_scale=0.0, noise_w=0.0), None)
     model = load_model(tiny_voice, N_SPEAKERS)
     with torch.inference_mode():
         expected, _ = model(

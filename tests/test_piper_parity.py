@@ -10,8 +10,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from voicelab.backends.base import VitsControls
-from voicelab.backends.piper.backend import BatchPolicy, PiperBackend, bucket_by_length
+from voicelab.backends.piper.backend import BatchPolicy, PiperBackend, VitsControls, bucket_by_length
 
 TEXTS = {
     "short": "Hi.",
@@ -60,7 +59,7 @@ def test_matches_onnxruntime(
 ) -> None:
     ids = sentence_ids[name]
     expected = run_onnx(session, ids)
-    (audio,) = backend.synthesize([ids], DETERMINISTIC, None)
+    (audio,) = backend.synthesize_ids([ids], DETERMINISTIC, None)
     assert audio.dtype == np.float32
     assert audio.shape == expected.shape, "same predicted durations, so the same number of samples"
     assert np.sqrt(np.mean(expected**2)) > 0.01, "the reference is real speech, not silence"
@@ -70,9 +69,9 @@ def test_matches_onnxruntime(
 def test_batch_equals_single(backend: PiperBackend, sentence_ids: dict[str, list[int]]) -> None:
     sentences = [sentence_ids[name] for name in ("question", "short", "punctuation")]  # three different lengths
     assert len(bucket_by_length([len(s) for s in sentences], backend.batch_policy)) == 1
-    batched = backend.synthesize(sentences, DETERMINISTIC, None)
+    batched = backend.synthesize_ids(sentences, DETERMINISTIC, None)
     for ids, audio in zip(sentences, batched, strict=True):
-        (single,) = backend.synthesize([ids], DETERMINISTIC, None)
+        (single,) = backend.synthesize_ids([ids], DETERMINISTIC, None)
         assert audio.shape == single.shape
         np.testing.assert_allclose(audio, single, rtol=0, atol=1e-4)
 
@@ -83,14 +82,14 @@ def test_seeded_noise_is_reproducible_and_scales_apply(
     ids = sentence_ids["question"]
     noisy = VitsControls()  # the voice's default scales
     short = sentence_ids["short"]
-    first = backend.synthesize([short], noisy, torch.Generator().manual_seed(7))[0]
-    again = backend.synthesize([short], noisy, torch.Generator().manual_seed(7))[0]
-    other = backend.synthesize([short], noisy, torch.Generator().manual_seed(8))[0]
+    first = backend.synthesize_ids([short], noisy, torch.Generator().manual_seed(7))[0]
+    again = backend.synthesize_ids([short], noisy, torch.Generator().manual_seed(7))[0]
+    other = backend.synthesize_ids([short], noisy, torch.Generator().manual_seed(8))[0]
     np.testing.assert_array_equal(first, again)
     assert first.shape != other.shape or not np.allclose(first, other)
-    slow = backend.synthesize([ids], VitsControls(noise_scale=0.0, length_scale=1.5, noise_w=0.0), None)[0]
-    normal = backend.synthesize([ids], DETERMINISTIC, None)[0]
-    fast = backend.synthesize([ids], VitsControls(noise_scale=0.0, length_scale=0.625, noise_w=0.0), None)[0]
+    slow = backend.synthesize_ids([ids], VitsControls(noise_scale=0.0, length_scale=1.5, noise_w=0.0), None)[0]
+    normal = backend.synthesize_ids([ids], DETERMINISTIC, None)[0]
+    fast = backend.synthesize_ids([ids], VitsControls(noise_scale=0.0, length_scale=0.625, noise_w=0.0), None)[0]
     # The length scale is the duration ratio, although every phoneme's duration is still rounded up to a frame.
     assert len(slow) / len(normal) == pytest.approx(1.5, abs=0.02)
     assert len(fast) / len(normal) == pytest.approx(0.625, abs=0.02)
@@ -104,12 +103,12 @@ def test_cuda_matches_cpu(dtype: str, backend: PiperBackend, sentence_ids: dict[
     weight = weakref.ref(gpu._require_model().dec.conv_post.weight)
     sentences = [sentence_ids[name] for name in ("long", "short", "question")]
     try:
-        on_gpu = gpu.synthesize(sentences, DETERMINISTIC, None)
-        seeded = gpu.synthesize(sentences[:1], VitsControls(), torch.Generator(device="cuda").manual_seed(3))
+        on_gpu = gpu.synthesize_ids(sentences, DETERMINISTIC, None)
+        seeded = gpu.synthesize_ids(sentences[:1], VitsControls(), torch.Generator(device="cuda").manual_seed(3))
     finally:
         gpu.unload()
     for ids, audio in zip(sentences, on_gpu, strict=True):
-        (reference,) = backend.synthesize([ids], DETERMINISTIC, None)
+        (reference,) = backend.synthesize_ids([ids], DETERMINISTIC, None)
         assert audio.shape == reference.shape  # durations are computed in float32 in every dtype
         if dtype == "float32":
             assert np.max(np.abs(audio - reference)) <= 1e-3

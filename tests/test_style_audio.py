@@ -18,12 +18,13 @@ import torch
 
 from tests.audio_measures import Measures, measure, semitones
 from voicelab.engine.core import EngineCore
-from voicelab.engine.messages import PromptAudio, SynthesisRequest
+from voicelab.engine.messages import SynthesisRequest
 from voicelab.instruct.controls import controls_to_style, resolve_style
 from voicelab.instruct.parser import parse_instruction
 from voicelab.instruct.style import Style
 from voicelab.settings import Settings
 from voicelab.voice.intake import load_prompt
+from voicelab.voice.prompt import PromptAudio
 
 DATA = Path(__file__).parent / "data"
 TEXT = "The garden looks lovely in the morning."  # ~1.9 s with the built-in voice

@@ -10,11 +10,14 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from tests.studio_helpers import clone, make_studio
 from voicelab.engine.client import EngineClient
-from voicelab.engine.messages import ProfileCacheStats, PromptAudio, SynthesisResult
+from voicelab.engine.messages import SynthesisResult
 from voicelab.history import History
 from voicelab.settings import Settings
 from voicelab.ui.handlers import Studio, clone_figures
+from voicelab.voice.cache import ProfileCacheStats
+from voicelab.voice.prompt import PromptAudio
 
 TONE = "tests.fixture_backends:ToneBackend"
 PROMPT = Path(__file__).parent / "browser" / "data" / "arctic_slt_en_female.wav"
@@ -30,15 +33,15 @@ def client() -> Iterator[EngineClient]:
 
 @pytest.fixture
 def studio(client: EngineClient, tmp_path: Path) -> Studio:
-    return Studio(client, History(tmp_path / "history"), client.settings)
+    return make_studio(client, History(tmp_path / "history"))
 
 
 def test_a_good_prompt_is_cloned_and_remembered(studio: Studio) -> None:
-    audio, meta, figures = studio.clone(str(PROMPT), "He turned sharply.", "Say it in her voice.", *CONTROLS)
+    audio, meta, figures = clone(studio, str(PROMPT), "He turned sharply.", "Say it in her voice.", *CONTROLS)
     assert isinstance(audio, str) and sf.info(audio).duration > 0.3
     assert "seed 7" in meta
     assert "**Prompt:** 2.9 s used · sha256 " in figures
-    [entry] = studio.history.entries()
+    [entry] = studio.service.history.entries()
     assert entry.kind == "clone" and entry.prompt_sha256 is not None and len(entry.prompt_sha256) == 64
 
 
@@ -55,9 +58,9 @@ def test_a_good_prompt_is_cloned_and_remembered(studio: Studio) -> None:
 )
 def test_bad_prompts_show_their_sentence(studio: Studio, tmp_path: Path, make, sentence: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(gr.Error) as caught:
-        studio.clone(make(tmp_path), "", "Some text.", *CONTROLS)
+        clone(studio, make(tmp_path), "", "Some text.", *CONTROLS)
     assert caught.value.message == sentence
-    assert studio.history.entries() == []
+    assert studio.service.history.entries() == []
 
 
 def test_clone_figures_show_base_to_matched_similarity_and_pitch() -> None:

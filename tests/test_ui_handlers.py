@@ -15,6 +15,7 @@ import pytest
 import soundfile as sf
 
 from tests.fixture_backends import SECONDS_PER_CHAR
+from tests.studio_helpers import make_studio, speak
 from voicelab.engine.client import EngineClient
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.history import History
@@ -22,7 +23,7 @@ from voicelab.instruct.presets import get_preset
 from voicelab.settings import Settings
 from voicelab.telemetry.sampler import TelemetrySampler
 from voicelab.telemetry.samples import EngineState
-from voicelab.ui.handlers import Studio, apply_preset, length_scale_for, preview_style, seed_for
+from voicelab.ui.handlers import Studio, apply_preset, preview_style, seed_for
 from voicelab.ui.history_tab import HistoryBrowser
 from voicelab.ui.panel import ResourcePanel
 
@@ -40,7 +41,7 @@ def client() -> Iterator[EngineClient]:
 
 @pytest.fixture
 def studio(client: EngineClient, tmp_path: Path) -> Studio:
-    return Studio(client, History(tmp_path / "history"), client.settings)
+    return make_studio(client, History(tmp_path / "history"))
 
 
 def _wait_in_flight(engine: EngineClient, job_id: str, timeout: float = 10.0) -> None:
@@ -52,22 +53,22 @@ def _wait_in_flight(engine: EngineClient, job_id: str, timeout: float = 10.0) ->
 
 def test_generate_returns_saved_audio_and_one_line_of_figures(studio: Studio) -> None:
     text = "Hello there. A second sentence."
-    audio, meta = studio.speak(text, *DEFAULTS[:4], 42)
+    audio, meta = speak(studio, text, *DEFAULTS[:4], 42)
     assert isinstance(audio, str)
     path = Path(audio)
-    assert path.parent == studio.history.root and path.suffix == ".wav"
+    assert path.parent == studio.service.history.root and path.suffix == ".wav"
     samples, sr = sf.read(path)
     expected = (len("Hello there.") + len("A second sentence.")) * SECONDS_PER_CHAR + 0.2
     assert len(samples) / sr == pytest.approx(expected, abs=0.01)
     for figure in ("latency", "RTF", f"{expected:.2f} s of audio", "cpu", "float32", "seed 42"):
         assert figure in meta
-    [entry] = studio.history.entries()
+    [entry] = studio.service.history.entries()
     assert entry.text == text and entry.settings["seed"] == 42 and entry.kind == "speak"
 
 
 def test_speed_slider_changes_the_duration(studio: Studio) -> None:
-    slow, _ = studio.speak("Twenty characters!!!", 0.5, *DEFAULTS[1:])
-    normal, _ = studio.speak("Twenty characters!!!", 1.0, *DEFAULTS[1:])
+    slow, _ = speak(studio, "Twenty characters!!!", 0.5, *DEFAULTS[1:])
+    normal, _ = speak(studio, "Twenty characters!!!", 1.0, *DEFAULTS[1:])
     assert sf.info(slow).duration == pytest.approx(2 * sf.info(normal).duration, rel=0.01)
 
 
@@ -77,15 +78,15 @@ def test_speed_slider_changes_the_duration(studio: Studio) -> None:
         ("", DEFAULTS, "Please type some text to speak."),
         ("   \n ", DEFAULTS, "Please type some text to speak."),
         ("x" * 201, DEFAULTS, "The text is 201 characters long; the limit is 200. Please shorten it or split it up."),
-        ("fine", (3.0, *DEFAULTS[1:]), "Speed must be between 0.5 and 2.0."),
-        ("fine", (1.0, 5.0, *DEFAULTS[2:]), "Noise scale must be between 0.0 and 2.0."),
+        ("fine", (5.0, *DEFAULTS[1:]), "Speed must be between 0.25 and 4."),
+        ("fine", (1.0, 5.0, *DEFAULTS[2:]), "Noise scale must be between 0 and 2."),
     ],
 )
 def test_bad_input_shows_exactly_the_users_sentence(studio: Studio, text: str, controls: tuple, sentence: str) -> None:
     with pytest.raises(gr.Error) as caught:
-        studio.speak(text, *controls)
+        speak(studio, text, *controls)
     assert caught.value.message == sentence
-    assert studio.history.entries() == []
+    assert studio.service.history.entries() == []
 
 
 def test_full_queue_says_busy_at_once(studio: Studio, client: EngineClient) -> None:
@@ -95,7 +96,7 @@ def test_full_queue_says_busy_at_once(studio: Studio, client: EngineClient) -> N
     waiting = client.submit(SynthesisRequest("waiting"))  # fills the queue of one
     started = time.monotonic()
     with pytest.raises(gr.Error) as caught:
-        studio.speak("one too many", *DEFAULTS)
+        speak(studio, "one too many", *DEFAULTS)
     assert time.monotonic() - started < 0.5
     assert caught.value.message.startswith("The engine is busy: 1 jobs are already waiting.")
     running.result(30), waiting.result(30)
@@ -103,18 +104,18 @@ def test_full_queue_says_busy_at_once(studio: Studio, client: EngineClient) -> N
 
 def test_worker_crash_is_a_sentence_and_the_next_generation_works(studio: Studio) -> None:
     with pytest.raises(gr.Error) as caught:
-        studio.speak("crash! now", *DEFAULTS)
+        speak(studio, "crash! now", *DEFAULTS)
     assert "stopped unexpectedly" in caught.value.message
-    audio, _ = studio.speak("Back again.", *DEFAULTS)
+    audio, _ = speak(studio, "Back again.", *DEFAULTS)
     assert sf.info(audio).duration > 0
 
 
 def test_unwritable_outputs_still_return_the_audio_with_the_reason(client: EngineClient, tmp_path: Path) -> None:
     blocker = tmp_path / "outputs"
     blocker.write_text("a file where the outputs folder should be")
-    studio = Studio(client, History(blocker / "history"), client.settings)
+    studio = make_studio(client, History(blocker / "history"))
     with pytest.warns(UserWarning, match="could not be saved"):
-        audio, meta = studio.speak("Still audible.", *DEFAULTS)
+        audio, meta = speak(studio, "Still audible.", *DEFAULTS)
     assert isinstance(audio, tuple)
     sample_rate, samples = audio
     assert isinstance(samples, np.ndarray) and len(samples) / sample_rate == pytest.approx(14 * SECONDS_PER_CHAR)
@@ -123,15 +124,15 @@ def test_unwritable_outputs_still_return_the_audio_with_the_reason(client: Engin
 
 
 def test_history_tab_lists_shows_and_deletes(studio: Studio) -> None:
-    browser = HistoryBrowser(studio.history)
-    studio.speak("First.", *DEFAULTS)
-    studio.speak("Second.", *DEFAULTS)
+    browser = HistoryBrowser(studio.service.history)
+    speak(studio, "First.", *DEFAULTS)
+    speak(studio, "Second.", *DEFAULTS)
     count, rows, _dropdown, audio, files, details = browser.refresh()
     assert "**2** saved generations" in count
     assert {row[2] for row in rows} == {"First.", "Second."}
     assert audio == files[0] and files[1].endswith(".json") and '"text"' in details
     chosen = rows[1][-1]
-    assert browser.show(chosen)[0] == str(studio.history.get(chosen).audio_path)
+    assert browser.show(chosen)[0] == str(studio.service.history.get(chosen).audio_path)
     count, rows, *_ = browser.delete(chosen)
     assert "**1** saved generation " in count and [r[-1] for r in rows] != [chosen]
     with pytest.raises(gr.Error, match="no longer exists"):
@@ -159,8 +160,8 @@ def test_panel_shows_engine_figures_and_before_after(client: EngineClient) -> No
     assert re.match(r"\*\*\d+ segments\*\* on (cpu|cuda)", text), text
 
 
-def test_controls_map_to_request_fields() -> None:
-    assert length_scale_for(1.0) is None and length_scale_for(2.0) == 0.5 and length_scale_for(0.5) == 2.0
+def test_controls_map_to_request_fields(studio: Studio) -> None:
+    assert studio.options(0.5, 0.9) == {"noise_scale": 0.5}  # the tone backend has no noise_w option
     assert seed_for(-1) is None and seed_for(None) is None and seed_for(7.0) == 7
 
 
@@ -202,10 +203,10 @@ def test_design_makes_takes_side_by_side_with_the_resolved_style(studio: Studio)
     visible = [p for p in players if p["visible"]]
     assert len(visible) == 3 and not players[3]["visible"]
     files = {Path(p["value"]) for p in visible}
-    assert len(files) == 3 and all(f.parent == studio.history.root for f in files)
+    assert len(files) == 3 and all(f.parent == studio.service.history.root for f in files)
     assert meta.count("take ") == 3 and "seed" in meta
     assert "speed 0.75x" in parsed and "gender female" in parsed and "emotion happy" in parsed
-    entries = studio.history.entries()
+    entries = studio.service.history.entries()
     assert len(entries) == 3 and {e.kind for e in entries} == {"design"}
     assert entries[0].instruction == "fast and happy"
     assert entries[0].style == {"speed": 0.75, "emotion": "happy", "gender": "female"}

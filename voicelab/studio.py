@@ -113,16 +113,21 @@ class GenerationService:
         self.history = history
         self.settings = settings
         self.timeline = timeline
+        self._capabilities: Capabilities | None = None
 
     @property
     def wait_s(self) -> float:
         """How long a caller waits: every queued job may use its full timeout before ours runs."""
         return self.settings.job_timeout_s * (self.settings.queue_size + 1) + 30.0
 
-    def capabilities(self) -> Capabilities | None:
-        """The loaded backend's capabilities (``None`` while the worker is still starting)."""
-        worker = self.engine.status().worker
-        return worker.capabilities if worker is not None else None
+    def capabilities(self) -> Capabilities:
+        """The loaded backend's capabilities, waiting for the first worker to be ready (raises its load error).
+
+        Kept once known: a restarted worker loads the same backend.
+        """
+        if self._capabilities is None:
+            self._capabilities = self.engine.wait_ready(self.wait_s).capabilities
+        return self._capabilities
 
     def prepare(self, request: GenerationRequest) -> PreparedGeneration:
         """Validate everything once, before anything is queued; raises the user's sentence."""
@@ -149,10 +154,9 @@ class GenerationService:
         return PreparedGeneration(tuple(requests), parsed, prompt, request.kind)
 
     def generate(self, request: GenerationRequest) -> Generation:
-        """Every take, whole (the engine's queue answers "busy" at once when full)."""
+        """Every take, whole, one after another (so takes never fill the queue that other users share)."""
         prepared = self.prepare(request)
-        jobs = [self.engine.submit(r) for r in prepared.requests]
-        takes = tuple(self._finish(job, prepared.kind) for job in jobs)
+        takes = tuple(self._finish(self.engine.submit(r), prepared.kind) for r in prepared.requests)
         return Generation(takes, prepared.parsed, prepared.prompt)
 
     def stream(self, prepared: PreparedGeneration) -> Iterator[ChunkReady | Take]:

@@ -1,15 +1,13 @@
 """EngineClient: the front ends' handle on an engine that runs in a worker process.
 
-It owns the bounded queue, dispatches one job at a time to the worker (single flight), routes each job's
-chunks and result back to its caller, and runs control requests between jobs. The worker's lifecycle is the
-``WorkerSupervisor``'s: a crash or a timeout fails only the job in flight and the worker is replaced; queued
-jobs stay queued. A soft restart replaces the worker while the queue stays.
+It owns the bounded queue, dispatches one job at a time (single flight), routes each job's chunks and result
+back to its caller and runs controls between jobs. The worker's lifecycle is the ``WorkerSupervisor``'s: a
+crash or a timeout fails only the job in flight; queued jobs stay queued, also through a soft restart.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 from collections import deque
@@ -18,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from voicelab.engine.jobs import Job
+from voicelab.engine.jobs import Job, busy_error, with_seed
 from voicelab.engine.messages import (
     AllocatorStats,
     ChunkReady,
@@ -39,7 +37,6 @@ from voicelab.engine.status import EngineStatus, JobCounters, RestartReport, Wor
 from voicelab.engine.supervisor import POLL_S, STARTUP_TIMEOUT_S, WorkerSupervisor
 from voicelab.errors import (
     BackendLoadError,
-    EngineBusyError,
     EngineStoppedError,
     JobTimeoutError,
     VoiceLabError,
@@ -65,16 +62,6 @@ class _Restart:
     force: bool
     reason: str
     future: Future[RestartReport]
-
-
-def with_seed(request: SynthesisRequest) -> SynthesisRequest:
-    """Fix a random seed at submission, so a job run again after a restart says exactly the same."""
-    seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
-    return replace(request, seed=seed, submitted_at=time.monotonic())
-
-
-def busy_error(waiting: int) -> EngineBusyError:
-    return EngineBusyError(f"The engine is busy: {waiting} jobs are already waiting. Please try again in a moment.")
 
 
 class EngineClient:

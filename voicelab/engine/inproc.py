@@ -17,9 +17,8 @@ from dataclasses import replace
 from typing import Any
 
 from voicelab.backends.base import AudioChunk
-from voicelab.engine.client import busy_error, with_seed
 from voicelab.engine.core import EngineCore
-from voicelab.engine.jobs import Job
+from voicelab.engine.jobs import Job, busy_error, with_seed
 from voicelab.engine.messages import (
     AllocatorStats,
     ChunkReady,

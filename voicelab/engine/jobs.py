@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import queue
+import secrets
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
+from dataclasses import replace
 
 from voicelab.engine.messages import ChunkReady, SynthesisRequest, SynthesisResult
-from voicelab.errors import JobTimeoutError
+from voicelab.errors import EngineBusyError, JobTimeoutError
+
+
+def with_seed(request: SynthesisRequest) -> SynthesisRequest:
+    """Fix a random seed at submission, so a job run again after a restart says exactly the same."""
+    seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
+    return replace(request, seed=seed, submitted_at=time.monotonic())
+
+
+def busy_error(waiting: int) -> EngineBusyError:
+    """The sentence for a full queue (HTTP callers get it as a 429)."""
+    return EngineBusyError(f"The engine is busy: {waiting} jobs are already waiting. Please try again in a moment.")
 
 
 class Job(Future[SynthesisResult]):

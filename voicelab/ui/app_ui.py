@@ -1,8 +1,8 @@
 """The VoiceLab studio: layout first, then all event wiring in one place.
 
 ``build_ui`` needs a running engine client (the UI's only handle on the model, through the generation
-service) and, optionally, the telemetry sampler for the resource panel. It imports no torch and loads no model. Launch it with
-``voicelab.ui.serving.launch_options(settings)`` so only the outputs folder is served.
+service) and, optionally, the telemetry sampler for the resource panel. It imports no torch and loads no
+model. Launch it with ``voicelab.ui.serving.launch_options(settings)`` so only the outputs folder is served.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from voicelab.ui.serving import configure_environment
 from voicelab.ui.speak_tab import SpeakView, can_stream, speak_layout
 
 GENERATE_CONCURRENCY_HEADROOM = 1  # one more than the engine queue, so the engine (not Gradio) says "busy"
+QUIET: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private"}
 
 
 @dataclass(frozen=True)
@@ -78,69 +79,77 @@ def build_ui(client: Engine, settings: Settings, telemetry: Any | None = None) -
 
 def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings) -> None:
     """Every event of the app. Named endpoints are the app's API; timers and chained refreshes stay private."""
-    generate_limit = settings.queue_size + GENERATE_CONCURRENCY_HEADROOM
-    speak, history, panel = views.speak, views.history, views.panel
-    shown = [history.audio, history.files, history.details]
-    quiet: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private"}
+    _wire_generation(views, handlers, settings)
+    _wire_design_helpers(views.design)
+    _wire_history(demo, views, handlers)
+    _wire_panel(demo, views.panel, handlers.panel)
 
+
+def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> None:
+    """The three Generate buttons, each refreshing History when it succeeds."""
+    limit: dict[str, Any] = {"concurrency_limit": settings.queue_size + GENERATE_CONCURRENCY_HEADROOM}
+    limit["concurrency_id"] = "generate"
+    speak, clone, design, history = views.speak, views.clone, views.design, views.history
     gr.on(
         [speak.generate.click, speak.text.submit],
         handlers.studio.speak,
         inputs=speak.inputs,
         outputs=[speak.live, speak.audio, speak.meta],
-        concurrency_limit=generate_limit,
-        concurrency_id="generate",
         api_name="speak",
-    ).success(handlers.history.refresh, outputs=history.listing, **quiet)
-
-    clone = views.clone
+        **limit,
+    ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
     gr.on(
         [clone.generate.click],
         handlers.studio.clone,
         inputs=clone.inputs,
         outputs=[clone.live, clone.audio, clone.meta, clone.figures],
-        concurrency_limit=generate_limit,
-        concurrency_id="generate",
         api_name="clone",
-    ).success(handlers.history.refresh, outputs=history.listing, **quiet)
-
-    design = views.design
+        **limit,
+    ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
     gr.on(
         [design.generate.click],
         handlers.studio.design,
         inputs=design.inputs,
         outputs=[*design.takes_audio, design.meta, design.parsed],
-        concurrency_limit=generate_limit,
-        concurrency_id="generate",
         api_name="design",
-    ).success(handlers.history.refresh, outputs=history.listing, **quiet)
+        **limit,
+    ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
+
+
+def _wire_design_helpers(design: DesignView) -> None:
     design.preset.input(
-        actions.apply_preset, inputs=design.preset, outputs=[design.instruction, design.text, *design.controls], **quiet
+        actions.apply_preset, inputs=design.preset, outputs=[design.instruction, design.text, *design.controls], **QUIET
     )
     style_changes = [design.instruction.change, *(c.change for c in design.controls)]
-    gr.on(style_changes, actions.preview_style, inputs=design.style_inputs, outputs=design.parsed, **quiet)
-    design.takes.change(actions.show_takes, inputs=design.takes, outputs=list(design.takes_audio), **quiet)
+    gr.on(style_changes, actions.preview_style, inputs=design.style_inputs, outputs=design.parsed, **QUIET)
+    design.takes.change(actions.show_takes, inputs=design.takes, outputs=list(design.takes_audio), **QUIET)
 
+
+def _wire_history(demo: gr.Blocks, views: Views, handlers: Handlers) -> None:
+    history = views.history
+    shown = [history.audio, history.files, history.details]
     refreshers = [history.refresh.click, views.history_tab.select, demo.load]
     gr.on(refreshers, handlers.history.refresh, outputs=history.listing, api_name="history_list")
     history.entry.input(handlers.history.show, inputs=history.entry, outputs=shown, api_name="history_show")
-    history.table.select(handlers.history.select_row, outputs=history.entry, **quiet).then(
-        handlers.history.show, inputs=history.entry, outputs=shown, **quiet
+    history.table.select(handlers.history.select_row, outputs=history.entry, **QUIET).then(
+        handlers.history.show, inputs=history.entry, outputs=shown, **QUIET
     )
     history.delete.click(
         handlers.history.delete, inputs=history.entry, outputs=history.listing, api_name="history_delete"
     )
 
-    ticks: dict[str, Any] = {"concurrency_limit": None, **quiet}
-    gr.on([panel.fast_timer.tick, demo.load], handlers.panel.gauges, outputs=panel.gauges, **ticks)
-    gr.on([panel.slow_timer.tick, demo.load], handlers.panel.timeline, outputs=panel.timeline, **ticks)
+
+def _wire_panel(demo: gr.Blocks, panel: PanelView, handler: ResourcePanel) -> None:
+    ticks: dict[str, Any] = {"concurrency_limit": None, **QUIET}
+    gr.on([panel.fast_timer.tick, demo.load], handler.gauges, outputs=panel.gauges, **ticks)
+    gr.on([panel.slow_timer.tick, demo.load], handler.timeline, outputs=panel.timeline, **ticks)
     control: dict[str, Any] = {"concurrency_id": "control", "concurrency_limit": 1}
     panel.clean.click(
-        handlers.panel.clean_cache, inputs=panel.clear_profiles, outputs=panel.report, api_name="clean_cache", **control
+        handler.clean_cache, inputs=panel.clear_profiles, outputs=panel.report, api_name="clean_cache", **control
     )
     panel.restart.click(
-        handlers.panel.soft_restart, inputs=panel.force, outputs=panel.report, api_name="soft_restart", **control
+        handler.soft_restart, inputs=panel.force, outputs=panel.report, api_name="soft_restart", **control
     )
     panel.inspect.click(
-        handlers.panel.inspect_memory, outputs=[panel.segments, panel.report], api_name="inspect_memory", **control
+        handler.inspect_memory, outputs=[panel.segments, panel.report], api_name="inspect_memory", **control
     )

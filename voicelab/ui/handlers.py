@@ -118,9 +118,8 @@ class Studio:
 
     def options(self, noise_scale: float | None, noise_w: float | None) -> dict[str, float]:
         """The Advanced sliders, kept only where the loaded backend has such an option."""
-        capabilities = self.service.capabilities()
+        names = {o.name for o in self.service.capabilities().options}
         given = {"noise_scale": noise_scale, "noise_w": noise_w}
-        names = {o.name for o in capabilities.options} if capabilities else set(given)
         return {k: float(v) for k, v in given.items() if v is not None and k in names}
 
     def show(self, take: Take) -> Shown:

@@ -1,0 +1,75 @@
+"""A second backend in one file: native cloning, native instructions and streaming, as a neural model would.
+
+It proves the plug-in contract (``docs/ARCHITECTURE.md``): nothing outside this file changes for the service,
+the engine and the UI to drive it, by its "module:factory" path. What it "says" is derived from what it was
+given, so tests can hear that the engine passed the prompt, style and instruction through untouched:
+each sentence is a tone at the prompt's median pitch (220 Hz without a prompt), 0.05 s per character
+divided by the speed, louder by the style's volume, and one chunk per sentence, in order.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, SpeechRequest, run_plainly
+from voicelab.errors import InvalidTextError
+from voicelab.settings import Settings
+
+SAMPLE_RATE = 24000
+SECONDS_PER_CHAR = 0.05
+CHUNK_DELAY_S = 0.3  # each sentence "takes" this long, so the first chunk arrives well before the last
+
+
+def prompt_pitch_hz(samples: np.ndarray, sample_rate: int) -> float:
+    """The strongest periodicity between 70 and 400 Hz (autocorrelation over the whole clip)."""
+    x = samples[: sample_rate * 5] - np.mean(samples[: sample_rate * 5])
+    corr = np.correlate(x, x, mode="full")[len(x) - 1 :]
+    low, high = sample_rate // 400, sample_rate // 70
+    return sample_rate / (low + int(np.argmax(corr[low:high])))
+
+
+class NativeCloneBackend:
+    name = "native-test"
+
+    def __init__(self, settings: Settings) -> None:
+        self.device = "cpu"
+        self.requests: list[SpeechRequest] = []
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            languages=("en", "zh"),
+            sample_rate=SAMPLE_RATE,
+            native_cloning=True,
+            native_instructions=True,
+            streaming=True,
+        )
+
+    def load(self, device: str, dtype: str) -> None:
+        self.device = device
+
+    def unload(self) -> None:
+        pass
+
+    def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
+        sentences = [s for s in re.split(r"(?<=[.!?。！？])\s*", request.text) if s.strip()]
+        if not sentences:
+            raise InvalidTextError("Please type some text to speak.")
+        hz = prompt_pitch_hz(request.prompt.samples, request.prompt.sample_rate) if request.prompt else 220.0
+        gain = 10 ** ((request.style.volume_db or 0.0) / 20)
+        for index, sentence in enumerate(sentences):
+            if index:
+                time.sleep(CHUNK_DELAY_S)
+            seconds = len(sentence) * SECONDS_PER_CHAR / request.speed
+            t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+            wave = (0.1 * gain * np.sin(2 * np.pi * hz * t)).astype(np.float32)
+            gap = np.zeros(round(request.sentence_silence_s * SAMPLE_RATE) if index else 0, np.float32)
+            yield AudioChunk(np.concatenate([gap, wave]), SAMPLE_RATE, sentence)
+
+
+def create(settings: Settings) -> NativeCloneBackend:
+    return NativeCloneBackend(settings)
