@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # VoiceLab: the two commands a user needs.
-#   ./run.sh        set up .venv if needed, then launch the UI on http://127.0.0.1:7860 (extra flags go to app.py)
+#   ./run.sh        set up .venv (and ffmpeg, for streamed audio) if needed, then launch the UI on http://127.0.0.1:7860
+#                   (extra flags go to app.py)
 #   ./run.sh test   same setup plus test tools and chromium, then the whole test suite (exit status passes through)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -50,6 +51,12 @@ install_requirements() {
   echo "$digest" >"$stamp"
 }
 
+ensure_ffmpeg() {
+  # Gradio encodes the live (streamed) audio player's chunks with ffmpeg; without it the tabs show whole audio only.
+  command -v ffmpeg >/dev/null 2>&1 && return
+  apt_install ffmpeg || say "ffmpeg could not be installed; audio will play when complete instead of as it is made"
+}
+
 ensure_chromium() {
   [ -x /usr/bin/chromium ] && return
   apt_install chromium || say "chromium could not be installed; browser tests will be skipped"
@@ -59,6 +66,7 @@ export GRADIO_ANALYTICS_ENABLED=False
 export HF_HUB_OFFLINE=1
 ensure_venv
 install_requirements
+ensure_ffmpeg
 
 case "$MODE" in
   test)

@@ -21,7 +21,7 @@ from voicelab.settings import Settings
 
 SAMPLE_RATE = 24000
 SECONDS_PER_CHAR = 0.05
-CHUNK_DELAY_S = 0.3  # each sentence "takes" this long, so the first chunk arrives well before the last
+CHUNK_DELAY_S = 0.3  # each later sentence "takes" this long (``--backend-options chunk_delay_s=...``)
 
 
 def prompt_pitch_hz(samples: np.ndarray, sample_rate: int) -> float:
@@ -37,7 +37,7 @@ class NativeCloneBackend:
 
     def __init__(self, settings: Settings) -> None:
         self.device = "cpu"
-        self.requests: list[SpeechRequest] = []
+        self.chunk_delay_s = float(settings.backend_option("chunk_delay_s", str(CHUNK_DELAY_S)))
 
     @property
     def capabilities(self) -> Capabilities:
@@ -63,7 +63,7 @@ class NativeCloneBackend:
         gain = 10 ** ((request.style.volume_db or 0.0) / 20)
         for index, sentence in enumerate(sentences):
             if index:
-                time.sleep(CHUNK_DELAY_S)
+                time.sleep(self.chunk_delay_s)
             seconds = len(sentence) * SECONDS_PER_CHAR / request.speed
             t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
             wave = (0.1 * gain * np.sin(2 * np.pi * hz * t)).astype(np.float32)

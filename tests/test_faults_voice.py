@@ -119,7 +119,7 @@ def test_broken_voice_files_give_a_sentence(voice_dir: Path, name: str) -> None:
     """The same loading code the worker runs, in-process: every broken file is a BackendLoadError sentence."""
     voice = _broken_voice(voice_dir, name)
     with pytest.raises(BackendLoadError) as caught:
-        create_backend("piper", str(voice)).load("cpu", "float32")
+        create_backend(Settings(backend="piper", voice_path=str(voice))).load("cpu", "float32")
     message = str(caught.value)
     assert BROKEN_VOICES[name][2] in message and voice.name in message
     assert message.endswith(".") and "\n" not in message and "Traceback" not in message and "Errno" not in message
@@ -129,7 +129,7 @@ def test_corrupt_voice_sentence_is_short(voice_dir: Path) -> None:
     voice = voice_dir / "en_US-joe-medium.onnx"
     install(voice, truncated_model())
     with pytest.raises(BackendLoadError) as caught:
-        create_backend("piper", str(voice)).load("cpu", "float32")
+        create_backend(Settings(backend="piper", voice_path=str(voice))).load("cpu", "float32")
     assert_clear_sentence(caught.value)
 
 
@@ -160,7 +160,8 @@ def settled_panel(url: str, timeout: float = 120.0) -> str:
 def _speak(url: str) -> tuple[object, str]:
     client = Client(url, verbose=False, download_files=False)
     try:
-        return tuple(client.predict("Is anybody there?", *SPEAK, api_name="/speak"))  # type: ignore[return-value]
+        *_live, audio, meta = client.predict("Is anybody there?", *SPEAK, api_name="/speak")
+        return audio, meta
     finally:
         client.close()
 

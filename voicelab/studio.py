@@ -9,16 +9,17 @@ and returns a typed ``Generation``, or streams the first take's chunks as they a
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 from voicelab.backends.base import Capabilities
 from voicelab.engine.api import Engine
 from voicelab.engine.jobs import Job
-from voicelab.engine.messages import ChunkReady, SynthesisRequest, SynthesisResult
+from voicelab.engine.messages import ChunkReady, SynthesisRequest, SynthesisResult, new_job_id
 from voicelab.engine.validation import validate_request
 from voicelab.errors import InvalidPromptError, InvalidSettingError, JobTimeoutError, StorageError
 from voicelab.history import History, HistoryEntry
@@ -150,7 +151,7 @@ class GenerationService:
         requests = [checked]
         for take in range(1, request.takes):
             seed = None if checked.seed is None else checked.seed + take
-            requests.append(SynthesisRequest(**{**_fields(checked), "seed": seed}))
+            requests.append(replace(checked, seed=seed, job_id=new_job_id(), submitted_at=time.monotonic()))
         return PreparedGeneration(tuple(requests), parsed, prompt, request.kind)
 
     def generate(self, request: GenerationRequest) -> Generation:
@@ -187,9 +188,3 @@ class GenerationService:
         except StorageError as exc:
             log.warning("generation %s not kept: %s", result.job_id, exc)
             return Take(job.request, result, None, str(exc))
-
-
-def _fields(request: SynthesisRequest) -> dict[str, object]:
-    """A request's fields for a sibling take (a fresh job id and submission time)."""
-    keep = ("text", "language", "speed", "prompt", "style", "instruction", "sentence_silence_s", "options")
-    return {name: getattr(request, name) for name in keep}

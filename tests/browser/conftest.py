@@ -48,7 +48,7 @@ def free_port() -> int:
 class RunningApp:
     """tests/browser/serve_app.py in a subprocess; ``wait_ready`` blocks until its READY line (worker loaded)."""
 
-    def __init__(self, outputs: Path, backend: str | None = None) -> None:
+    def __init__(self, outputs: Path, backend: str | None = None, backend_options: str = "") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.outputs = outputs
@@ -56,7 +56,7 @@ class RunningApp:
         self._ready = threading.Event()
         command = [sys.executable, "-m", "tests.browser.serve_app", "--port", str(self.port), "--outputs", str(outputs)]
         if backend:
-            command += ["--backend", backend]
+            command += ["--backend", backend, "--backend-options", backend_options]
         env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
             command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -92,6 +92,11 @@ class RunningApp:
 class Apps:
     tone: RunningApp | None
     piper: RunningApp | None
+    native: RunningApp | None
+
+
+NATIVE_BACKEND = "tests.fixture_native_backend:create"
+NATIVE_CHUNK_DELAY_S = 1.5
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -100,8 +105,12 @@ def apps(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     files = {item.path.name for item in request.session.items}
     tone = RunningApp(tmp_path_factory.mktemp("tone-outputs")) if "test_studio_browser.py" in files else None
     piper = RunningApp(tmp_path_factory.mktemp("piper-outputs"), "piper") if "test_piper_browser.py" in files else None
-    yield Apps(tone, piper)
-    for app in (tone, piper):
+    native = None
+    if "test_streaming_browser.py" in files:
+        options = f"chunk_delay_s={NATIVE_CHUNK_DELAY_S}"
+        native = RunningApp(tmp_path_factory.mktemp("native-outputs"), NATIVE_BACKEND, options)
+    yield Apps(tone, piper, native)
+    for app in (tone, piper, native):
         if app is not None:
             app.stop()
 
@@ -116,6 +125,12 @@ def tone_app(apps: Apps) -> RunningApp:
 def piper_app(apps: Apps) -> RunningApp:
     assert apps.piper is not None
     return apps.piper.wait_ready()
+
+
+@pytest.fixture(scope="session")
+def native_app(apps: Apps) -> RunningApp:
+    assert apps.native is not None
+    return apps.native.wait_ready()
 
 
 @pytest.fixture(scope="session")

@@ -145,7 +145,7 @@ class PiperBackend:
         generator = torch.Generator(device=self.device).manual_seed(request.seed)
         gap = np.zeros(round(request.sentence_silence_s * self.sample_rate), dtype=np.float32)
         for number, group in enumerate(stream_groups([len(s.ids) for s in sentences], self.batch_policy)):
-            ids = [sentences[i].ids for i in group]
+            ids: list[Sequence[int]] = [sentences[i].ids for i in group]
 
             def full(ids: list[Sequence[int]] = ids) -> list[np.ndarray]:
                 return self.synthesize_ids(ids, controls, generator)
