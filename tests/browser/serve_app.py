@@ -1,6 +1,7 @@
 """Launch the real studio for the browser tests through app.py's own ``serve``, with test settings.
 
-Run as ``python -m tests.browser.serve_app --port N --outputs DIR [--backend NAME] [--backend-options K=V]``; prints ``VOICELAB READY``
+Run as ``python -m tests.browser.serve_app --port N --outputs DIR [--backend NAME] [--backend-options K=V]``;
+prints ``VOICELAB READY``
 once the worker is ready and the server listens, then serves until killed.
 """
 
