@@ -9,7 +9,8 @@ path under a private name; TensorFlow is never imported.
 Text is split into sentences at 。！？；…!?; and line breaks (each is synthesised on its own, batched),
 and sentences longer than ``max_chars`` again at clause marks (or, having none, every max_chars).
 Inside a sentence, clause marks (，、：,:) become the prosodic-phrase break ``#3`` that the Baker
-labels use, so the voice pauses briefly there; the processor alone drops punctuation. The Baker data is licensed for non-commercial use.
+labels use, so the voice pauses briefly there; the processor alone drops punctuation.
+The Baker data is licensed for non-commercial use.
 """
 
 from __future__ import annotations
