@@ -214,11 +214,16 @@ class VarianceAdaptor(nn.Module):
         mask: torch.Tensor,
         ratios: torch.Tensor,
         embedding_keep: tuple[torch.Tensor, torch.Tensor] | None = None,
+        durations: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x [B, T, C], mask [B, T], ratios [B, 3] (duration, f0, energy) -> frames [B, F, C], mask, durations."""
-        log_durations = self.duration_predictor(x, mask).float()
-        scaled = torch.relu(torch.exp(log_durations) - 1.0) * ratios[:, :1].float()
-        durations = torch.round(scaled).long() * mask
+        """x [B, T, C], mask [B, T], ratios [B, 3] (duration, f0, energy) -> frames [B, F, C], mask, durations.
+
+        ``durations`` [B, T] (frames per id), when given, replaces the predicted ones (and their ratio).
+        """
+        if durations is None:
+            log_durations = self.duration_predictor(x, mask).float()
+            scaled = torch.relu(torch.exp(log_durations) - 1.0) * ratios[:, :1].float()
+            durations = torch.round(scaled).long() * mask
         f0 = self.f0_predictor(x, mask) * ratios[:, 1:2].to(x.dtype)
         energy = self.energy_predictor(x, mask) * ratios[:, 2:3].to(x.dtype)
         f0_embedded = self.f0_embedding(f0.unsqueeze(-1))
@@ -286,11 +291,15 @@ class FastSpeech2(nn.Module):
         ids: torch.Tensor,
         ratios: torch.Tensor,
         embedding_keep: tuple[torch.Tensor, torch.Tensor] | None = None,
+        durations: torch.Tensor | None = None,
     ) -> FastSpeech2Output:
-        """ids [B, T] (0 = padding), ratios [B, 3] (duration, f0, energy) -> FastSpeech2Output."""
+        """ids [B, T] (0 = padding), ratios [B, 3] (duration, f0, energy) -> FastSpeech2Output.
+
+        ``embedding_keep`` and ``durations`` are for replaying a reference run (see VarianceAdaptor).
+        """
         mask = ids != 0
         x = self.encoder(self.embedding(ids), self.positions(mask), mask)
-        frames, frame_mask, durations = self.variance(x, mask, ratios, embedding_keep)
+        frames, frame_mask, durations = self.variance(x, mask, ratios, embedding_keep, durations)
         h = self.decoder(frames, self.positions(frame_mask), frame_mask)
         mel = self.mel_linear(h) * frame_mask.unsqueeze(-1).to(h.dtype)
         mel = mel + self.postnet(mel, frame_mask)

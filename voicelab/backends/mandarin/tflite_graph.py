@@ -11,7 +11,9 @@ is classified by the op input that reads it:
 * ADD/SUB/MUL operand named ``.../BiasAdd/...``, ``.../LayerNorm/...`` or ``.../batchnorm/...``
   -> ``<layer>/bias``, ``/gamma``, ``/beta``, ``/scale`` (folded BN) or ``/shift``
 
-``<layer>`` is the owner named by the weight tensor (for a kernel, its parent path). Any constant read in one of
+``<layer>`` is the owner named by the weight tensor (for a kernel, its parent path); a bias belongs
+to the conv or dense layer whose output it is added to (the converter shares one buffer between
+layers whose biases are equal, under one of their names). Any constant read in one of
 these roles is a parameter, whatever its size. The rest with at most ``MAX_GRAPH_CONSTANT`` elements
 are graph constants (shapes, epsilons, dropout rates) and skipped; a larger constant this scheme does
 not place raises BackendLoadError naming it.
@@ -64,6 +66,7 @@ _NAMED_ROLES: tuple[tuple[str, str], ...] = (
     ("/batchnorm/sub", "shift"),
 )
 _ELEMENTWISE = frozenset({"ADD", "SUB", "MUL"})
+_PASS_THROUGH = frozenset({"SQUEEZE", "RESHAPE", "EXPAND_DIMS"})
 
 
 @dataclass
@@ -159,6 +162,7 @@ def read_parameters(path: str | Path) -> GraphParameters:
     placed: set[int] = set()
     kernel_owner: dict[int, str] = {}
     producers = _dequantize_producers(graph)
+    made_by = {int(op.OutputsAsNumpy()[0]): (name, inputs) for name, inputs, op in graph.ops() if op.OutputsLength()}
     for op_name, inputs, op in graph.ops():
         for position, index in enumerate(inputs):
             if index < 0:
@@ -170,6 +174,8 @@ def read_parameters(path: str | Path) -> GraphParameters:
                 continue
             if role == "inline_bias":
                 layer = kernel_owner.get(id(op)) or _kernel_layer(graph, inputs, producers)
+            elif role == "bias":  # by the layer whose output it is added to: identical biases share a buffer
+                layer = _fed_by_layer(graph, inputs, position, made_by) or owner(graph.tensor_name(source), role)
             else:
                 layer = owner(graph.tensor_name(source), role)
             if role == "kernel":
@@ -200,6 +206,23 @@ def _role(op_name: str, position: int, name: str) -> str | None:
         for suffix, named_role in _NAMED_ROLES:
             if name.split(";")[0].endswith(suffix):
                 return named_role
+    return None
+
+
+def _fed_by_layer(
+    graph: TfliteGraph, inputs: list[int], position: int, made_by: dict[int, tuple[str, list[int]]]
+) -> str | None:
+    """The layer (conv or dense) whose output the other operand is, looking through reshapes; else None."""
+    tensor = inputs[1 - position] if len(inputs) == 2 else -1
+    for _ in range(4):
+        if tensor not in made_by:
+            return None
+        op_name, op_inputs = made_by[tensor]
+        if (op_name, 1) in _INPUT_ROLES and _INPUT_ROLES[(op_name, 1)] == "kernel":
+            return owner(graph.tensor_name(op_inputs[1]), "kernel")
+        if op_name not in _PASS_THROUGH:
+            return None
+        tensor = op_inputs[0]
     return None
 
 
