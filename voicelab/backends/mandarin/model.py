@@ -189,7 +189,8 @@ class VarianceAdaptor(nn.Module):
     """Predict durations, F0 and energy; add the embedded F0 and energy; expand phonemes to frames.
 
     Each utterance has its own ratios [B]: durations are round(relu(exp(log_d) - 1) * duration_ratio),
-    F0 and energy are multiplied by f0_ratio and energy_ratio before they are embedded.
+    F0 and energy (normalised) are multiplied by f0_ratio and energy_ratio, as in the original, and
+    optionally shifted by an offset, before they are embedded.
 
     The shipped graph also applies dropout (p=0.5, kept values doubled) to both embeddings at
     inference: TensorFlowTTS calls those two Dropout layers with training=True, so every run of the
@@ -213,11 +214,13 @@ class VarianceAdaptor(nn.Module):
         x: torch.Tensor,
         mask: torch.Tensor,
         ratios: torch.Tensor,
+        offsets: torch.Tensor | None = None,
         embedding_keep: tuple[torch.Tensor, torch.Tensor] | None = None,
         durations: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [B, T, C], mask [B, T], ratios [B, 3] (duration, f0, energy) -> frames [B, F, C], mask, durations.
 
+        ``offsets`` [B, 3] are added to the scaled normalised F0 and energy (column 0 is unused).
         ``durations`` [B, T] (frames per id), when given, replaces the predicted ones (and their ratio).
         """
         if durations is None:
@@ -226,6 +229,9 @@ class VarianceAdaptor(nn.Module):
             durations = torch.round(scaled).long() * mask
         f0 = self.f0_predictor(x, mask) * ratios[:, 1:2].to(x.dtype)
         energy = self.energy_predictor(x, mask) * ratios[:, 2:3].to(x.dtype)
+        if offsets is not None:
+            m = mask.to(x.dtype)
+            f0, energy = f0 + offsets[:, 1:2].to(x.dtype) * m, energy + offsets[:, 2:3].to(x.dtype) * m
         f0_embedded = self.f0_embedding(f0.unsqueeze(-1))
         energy_embedded = self.energy_embedding(energy.unsqueeze(-1))
         if embedding_keep is not None:
@@ -290,17 +296,20 @@ class FastSpeech2(nn.Module):
         self,
         ids: torch.Tensor,
         ratios: torch.Tensor,
+        offsets: torch.Tensor | None = None,
         embedding_keep: tuple[torch.Tensor, torch.Tensor] | None = None,
         durations: torch.Tensor | None = None,
     ) -> FastSpeech2Output:
         """ids [B, T] (0 = padding), ratios [B, 3] (duration, f0, energy) -> FastSpeech2Output.
 
-        ``embedding_keep`` and ``durations`` are for replaying a reference run (see VarianceAdaptor).
+        ``offsets`` shift the normalised F0 and energy; ``embedding_keep`` and ``durations`` replay a
+        reference run (see VarianceAdaptor).
         """
         mask = ids != 0
         x = self.encoder(self.embedding(ids), self.positions(mask), mask)
-        frames, frame_mask, durations = self.variance(x, mask, ratios, embedding_keep, durations)
-        h = self.decoder(frames, self.positions(frame_mask), frame_mask)
+        frames, frame_mask, durations = self.variance(x, mask, ratios, offsets, embedding_keep, durations)
+        half = self.mel_linear.weight.dtype  # the decoder side may run in bfloat16 / float16
+        h = self.decoder(frames.to(half), self.positions(frame_mask).to(half), frame_mask)
         mel = self.mel_linear(h) * frame_mask.unsqueeze(-1).to(h.dtype)
         mel = mel + self.postnet(mel, frame_mask)
         return FastSpeech2Output(mel=mel, frame_lengths=frame_mask.sum(dim=1), durations=durations)
