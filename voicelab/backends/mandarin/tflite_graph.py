@@ -104,12 +104,18 @@ class TfliteGraph:
         if not self.path.is_file():
             raise BackendLoadError(f"The model file {self.path} does not exist.")
         data = self.path.read_bytes()
+        unreadable = BackendLoadError(f"The model file {self.path.name} is not a readable TFLite file.")
+        if data[4:8] != b"TFL3":  # the flatbuffer file identifier of every TFLite model
+            raise unreadable
         try:
             self.model = tflite.Model.GetRootAsModel(data, 0)
-            self.graph = self.model.Subgraphs(0)
+            graph = self.model.Subgraphs(0) if self.model.SubgraphsLength() else None
             self.op_names = [self._op_name(i) for i in range(self.model.OperatorCodesLength())]
         except (IndexError, ValueError, TypeError, AttributeError) as exc:  # flatbuffers raises these on junk
-            raise BackendLoadError(f"The model file {self.path.name} is not a readable TFLite file.") from exc
+            raise unreadable from exc
+        if graph is None:
+            raise unreadable
+        self.graph: tflite.SubGraph = graph
 
     def _op_name(self, index: int) -> str:
         code = self.model.OperatorCodes(index)
