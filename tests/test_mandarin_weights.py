@@ -94,19 +94,19 @@ class _Quant:
     def __init__(self, scale: list[float], zero: list[int], dim: int) -> None:
         self._scale, self._zero, self._dim = np.array(scale, np.float32), np.array(zero, np.int64), dim
 
-    def ScaleLength(self) -> int:  # noqa: N802 (flatbuffer accessor names)
+    def ScaleLength(self) -> int:  # flatbuffer accessor names
         return len(self._scale)
 
-    def ScaleAsNumpy(self) -> np.ndarray:  # noqa: N802
+    def ScaleAsNumpy(self) -> np.ndarray:
         return self._scale
 
-    def ZeroPointLength(self) -> int:  # noqa: N802
+    def ZeroPointLength(self) -> int:
         return len(self._zero)
 
-    def ZeroPointAsNumpy(self) -> np.ndarray:  # noqa: N802
+    def ZeroPointAsNumpy(self) -> np.ndarray:
         return self._zero
 
-    def QuantizedDimension(self) -> int:  # noqa: N802
+    def QuantizedDimension(self) -> int:
         return self._dim
 
 
@@ -114,7 +114,7 @@ class _Tensor:
     def __init__(self, quant: _Quant | None) -> None:
         self._quant = quant
 
-    def Quantization(self) -> _Quant | None:  # noqa: N802
+    def Quantization(self) -> _Quant | None:
         return self._quant
 
 
