@@ -17,6 +17,7 @@ shipped, whose dynamic-range kernels also round activations to int8; compared wi
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +59,7 @@ def _correlation(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.mark.parametrize("key", KEYS)
 def test_mel_durations_and_waveform_match_the_reference(
-    key: str, models: tuple[FastSpeech2, MultiBandMelGAN], record_property: pytest.RecordProperty
+    key: str, models: tuple[FastSpeech2, MultiBandMelGAN], record_property: Callable[[str, object], None]
 ) -> None:
     acoustic, vocoder = models
     ids, ratios, keep = _inputs(key)
@@ -79,7 +80,7 @@ def test_mel_durations_and_waveform_match_the_reference(
 
 @pytest.mark.parametrize("key", KEYS)
 def test_close_to_the_graph_as_shipped_with_int8_activations(
-    key: str, models: tuple[FastSpeech2, MultiBandMelGAN], record_property: pytest.RecordProperty
+    key: str, models: tuple[FastSpeech2, MultiBandMelGAN], record_property: Callable[[str, object], None]
 ) -> None:
     """The shipped kernels round activations to int8, which moves a few durations by one frame."""
     acoustic, _ = models

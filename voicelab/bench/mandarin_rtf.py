@@ -72,6 +72,24 @@ def timed(fn: Callable[[], object], sync: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
+def time_sentence(
+    voice: MandarinVoice,
+    reference: Callable[[list[int]], np.ndarray] | None,
+    ids: list[int],
+    repeats: int,
+    sync: Callable[[], None],
+) -> tuple[float, float]:
+    """Median seconds of torch and of the reference (nan without one), runs interleaved, order alternating."""
+    runs: list[tuple[list[float], Callable[[], object]]] = [([], lambda: voice.synthesize([ids]))]
+    if reference is not None:
+        runs.append(([], lambda: reference(ids)))
+    for repeat in range(repeats):
+        for times, run in runs if repeat % 2 == 0 else runs[::-1]:
+            times.append(timed(run, sync))
+    medians = [statistics.median(times) for times, _ in runs]
+    return medians[0], medians[1] if len(medians) > 1 else float("nan")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -97,16 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         audio_s = len(voice.synthesize([ids])[0]) / voice.sample_rate  # also warms up
         if reference is not None:
             reference(ids)
-        torch_times, ref_times = [], []
-        for repeat in range(args.repeats):
-            order = [0, 1] if repeat % 2 == 0 else [1, 0]
-            for which in order:
-                if which == 0:
-                    torch_times.append(timed(lambda ids=ids: voice.synthesize([ids]), sync))
-                elif reference is not None:
-                    ref_times.append(timed(lambda ids=ids: reference(ids), sync))
-        t = statistics.median(torch_times)
-        r = statistics.median(ref_times) if ref_times else float("nan")
+        t, r = time_sentence(voice, reference, ids, args.repeats, sync)
         total_audio, total_torch, total_ref = total_audio + audio_s, total_torch + t, total_ref + r
         print(f"{len(text):>6} {audio_s:>8.2f} {t:>8.3f} {r:>9.3f} {t / r:>6.2f}")
     print(f"total: {total_audio:.2f} s of audio; torch RTF {total_torch / total_audio:.3f}", end="")

@@ -75,6 +75,7 @@ class Positions(nn.Module):
 
     def __init__(self, max_positions: int, channels: int) -> None:
         super().__init__()
+        self.table: torch.Tensor
         self.register_buffer("table", torch.zeros(max_positions + 1, channels))
 
     def forward(self, mask: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ from voicelab.errors import BackendLoadError
 logger = logging.getLogger(__name__)
 
 Rule = tuple[str, str]
+ModelT = TypeVar("ModelT", bound=nn.Module)
 _LAYER = r"(encoder|decoder)/layer_\._(\d+)"
 _PREDICTOR = r"(duration|f0|energy)_predictor"
 FASTSPEECH2_RULES: tuple[Rule, ...] = (
@@ -197,7 +199,7 @@ def load_melgan(path: str | Path) -> MultiBandMelGAN:
     return _build(melgan_tensors(path), lambda t: MultiBandMelGAN(infer_melgan_dims(t)), "Multi-band MelGAN")
 
 
-def _build(tensors: dict[str, torch.Tensor], make: Callable[[dict[str, torch.Tensor]], nn.Module], what: str):  # type: ignore[no-untyped-def]
+def _build(tensors: dict[str, torch.Tensor], make: Callable[[dict[str, torch.Tensor]], ModelT], what: str) -> ModelT:
     model = make(tensors)
     logger.info("%s: %s", what, getattr(model, "dims", None))
     load_state(model, tensors, what)
