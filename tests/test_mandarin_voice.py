@@ -117,6 +117,21 @@ def test_nothing_to_voice_is_one_clear_sentence(voice: MandarinVoice, text: str)
         voice.sentences(text)
 
 
+def test_ids_outside_the_symbol_table_are_refused(voice: MandarinVoice) -> None:
+    with pytest.raises(InvalidSettingError, match="phoneme ids"):
+        voice.synthesize([[1, 5, 9999]])
+    with pytest.raises(InvalidSettingError, match="phoneme ids"):
+        voice.synthesize([[]])
+
+
+def test_very_slow_speech_runs_past_the_position_table() -> None:
+    from voicelab.backends.mandarin.model import Positions
+
+    positions = Positions(4, 8)
+    out = positions(torch.ones(1, 7, dtype=torch.bool))
+    assert out.shape == (1, 7, 8) and float(out[0, 4:].abs().sum()) > 0
+
+
 @pytest.mark.parametrize(
     ("name", "value"), [("speed", 5.0), ("speed", 0.1), ("f0_ratio", float("nan")), ("energy_ratio", 0.0)]
 )

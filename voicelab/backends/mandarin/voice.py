@@ -110,8 +110,9 @@ class MandarinVoice:
             _check_ratio(name, value)
         acoustic, vocoder = self._require_models()
         lengths = [len(s) for s in sentences]
-        if any(n == 0 for n in lengths):
-            raise InvalidSettingError("A sentence has no phoneme ids.")
+        n_vocab = acoustic.dims.n_vocab
+        if any(n == 0 for n in lengths) or any(not 0 < int(i) < n_vocab for s in sentences for i in s):
+            raise InvalidSettingError(f"Each sentence needs phoneme ids between 1 and {n_vocab - 1}.")
         audio: list[np.ndarray] = [np.zeros(0, np.float32)] * len(sentences)
         controls = _controls(speed, f0_ratio, energy_ratio)
         with torch.inference_mode():
