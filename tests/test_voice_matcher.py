@@ -61,6 +61,7 @@ def test_matching_raises_similarity_and_lands_on_the_prompt_pitch(
     assert float(np.max(np.abs(matched))) <= 1.0
 
     cache = ProfileCache(2)
-    cache.put(female_profile, result)  # the match is kept beside the profile, not inside it
+    cache.put(female_profile, {"en": result})  # the match is kept beside the profile, per backend voice
     cached = cache.get(female_profile.sha256)
-    assert cached is not None and cached.match is result and cached.profile is female_profile
+    assert cached is not None and cached.match("en") is result and cached.profile is female_profile
+    assert cached.match("zh") is None

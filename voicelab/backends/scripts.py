@@ -41,7 +41,7 @@ class Run:
 
 @lru_cache(maxsize=4096)
 def script_of(ch: str) -> str | None:
-    """"han", "latin", another script's name, or None for a character that is not a letter."""
+    """ "han", "latin", another script's name, or None for a character that is not a letter."""
     if not unicodedata.category(ch).startswith("L"):
         return None
     name = unicodedata.name(ch, "")
