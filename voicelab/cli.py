@@ -107,7 +107,11 @@ def _delegate(table: dict[str, str], name: str, rest: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m voicelab", description="VoiceLab command line")
+    parser = argparse.ArgumentParser(
+        prog="python -m voicelab",
+        description="VoiceLab command line. The built-in Chinese voice is trained on the Baker corpus, "
+        "licensed for non-commercial use only.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _synth_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")

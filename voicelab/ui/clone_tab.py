@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from voicelab.ui.speak_tab import live_player, sampling_controls
+from voicelab.ui.speak_tab import language_choice, live_player, sampling_controls
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,11 @@ class CloneView:
     audio: gr.Audio
     meta: gr.Markdown
     figures: gr.Markdown
+    language: gr.Dropdown
 
     @property
     def inputs(self) -> list[gr.components.Component]:
-        controls = [self.speed, self.noise_scale, self.noise_w, self.silence, self.seed]
+        controls = [self.speed, self.noise_scale, self.noise_w, self.silence, self.seed, self.language]
         return [self.prompt, self.transcript, self.text, *controls]
 
 
@@ -41,7 +42,11 @@ def clone_layout() -> CloneView:
             elem_id="clone-prompt",
         )
         transcript = gr.Textbox(label="Transcript of the prompt (optional)", lines=4, elem_id="clone-transcript")
-    text = gr.Textbox(label="Text", lines=3, placeholder="Type what the cloned voice should say…", elem_id="clone-text")
+    with gr.Row():
+        text = gr.Textbox(
+            label="Text", lines=3, placeholder="Type what the cloned voice should say…", elem_id="clone-text", scale=4
+        )
+        language = language_choice("clone")
     speed, noise_scale, noise_w, silence, seed = sampling_controls("clone")
     generate = gr.Button("Clone and speak", variant="primary", elem_id="clone-generate")
     live = live_player("clone")
@@ -50,6 +55,5 @@ def clone_layout() -> CloneView:
     )
     figures = gr.Markdown(elem_id="clone-figures")
     meta = gr.Markdown(elem_id="clone-meta", elem_classes="vl-meta")
-    return CloneView(
-        prompt, transcript, text, speed, noise_scale, noise_w, silence, seed, generate, live, audio, meta, figures
-    )
+    controls = (speed, noise_scale, noise_w, silence, seed)
+    return CloneView(prompt, transcript, text, *controls, generate, live, audio, meta, figures, language)

@@ -26,6 +26,7 @@ from typing import Any, ParamSpec, TypeVar
 import gradio as gr
 import numpy as np
 
+from voicelab.backends.mandarin import LICENSE_NOTICE as MANDARIN_LICENSE
 from voicelab.engine.messages import ChunkReady, SynthesisResult
 from voicelab.errors import InvalidPromptError, StorageError, VoiceLabError
 from voicelab.history import encode_wav
@@ -90,6 +91,7 @@ def metadata_line(result: SynthesisResult) -> str:
         result.dtype,
         f"seed {result.seed}" if result.seed is not None else "",
         f"queued {result.queue_wait_s:.1f} s" if result.queue_wait_s >= 0.1 else "",
+        f"language {result.language}" if result.language else "",
     ]
     return " · ".join(p for p in parts if p)
 
@@ -125,6 +127,8 @@ class Studio:
     def show(self, take: Take) -> Shown:
         """Where to play it from (the History file, else a WAV in Gradio's cache) and its status line."""
         notices = " ".join(take.result.notices)
+        if "zh" in take.result.language.split("+"):
+            notices = f"{notices} {MANDARIN_LICENSE}".strip()
         audio: AudioValue = (take.result.sample_rate, take.result.audio)
         if take.entry is not None:
             audio = str(take.entry.audio_path)
@@ -151,12 +155,20 @@ class Studio:
 
     @shows_errors
     def speak(
-        self, text: str, speed: float, noise_scale: float, noise_w: float, silence_s: float, seed: float | None
+        self,
+        text: str,
+        speed: float,
+        noise_scale: float,
+        noise_w: float,
+        silence_s: float,
+        seed: float | None,
+        language: str = "auto",
     ) -> Iterator[SpeakOutputs]:
         """The Speak tab's Generate button."""
         request = GenerationRequest(
             text=text or "",
             kind="speak",
+            language=language or "auto",
             speed=float(speed or 1.0),
             seed=seed_for(seed),
             sentence_silence_s=silence_s,
@@ -176,6 +188,7 @@ class Studio:
         noise_w: float,
         silence_s: float,
         seed: float | None,
+        language: str = "auto",
     ) -> Iterator[tuple[Any, Any, str, Any]]:
         """The Clone tab's button: the prompt's sentence comes at once, before anything is queued."""
         if not prompt_path:
@@ -183,6 +196,7 @@ class Studio:
         request = GenerationRequest(
             text=text or "",
             kind="clone",
+            language=language or "auto",
             prompt=PromptClip(prompt_path, transcript or ""),
             speed=float(speed or 1.0),
             seed=seed_for(seed),

@@ -9,6 +9,8 @@ import gradio as gr
 
 EXAMPLES = [
     "The quick brown fox jumps over the lazy dog.",
+    "今天天气很好，我们去公园散步吧。",
+    "我今天用 VoiceLab 做了一个 demo，效果很好。",
     "VoiceLab keeps running: the hundredth generation is as fast as the first.",
     "Please mind the gap between the train and the platform. Thank you for travelling with us.",
     "Is it raining outside? I left my umbrella at home!",
@@ -27,10 +29,23 @@ class SpeakView:
     live: gr.Audio
     audio: gr.Audio
     meta: gr.Markdown
+    language: gr.Dropdown
 
     @property
     def inputs(self) -> list[gr.components.Component]:
-        return [self.text, self.speed, self.noise_scale, self.noise_w, self.silence, self.seed]
+        return [self.text, self.speed, self.noise_scale, self.noise_w, self.silence, self.seed, self.language]
+
+
+LANGUAGES = [("Auto (by script)", "auto"), ("English", "en"), ("中文 Chinese", "zh")]
+VOICES_NOTE = (
+    "Built-in voices: English (Piper en_US-joe-medium, MIT) and Chinese (Baker FastSpeech2; "
+    "non-commercial use only). Mixed text is spoken run by run, each in its own voice."
+)
+
+
+def language_choice(prefix: str) -> gr.Dropdown:
+    """Auto sends Chinese characters to the Mandarin voice and Latin letters to the English voice."""
+    return gr.Dropdown(choices=LANGUAGES, value="auto", label="Language", elem_id=f"{prefix}-language", min_width=160)
 
 
 def can_stream() -> bool:
@@ -66,13 +81,21 @@ def sampling_controls(prefix: str) -> tuple[gr.Slider, gr.Slider, gr.Slider, gr.
 
 
 def speak_layout() -> SpeakView:
-    text = gr.Textbox(
-        label="Text", lines=4, max_lines=12, placeholder="Type what the voice should say…", elem_id="speak-text"
-    )
+    with gr.Row():
+        text = gr.Textbox(
+            label="Text",
+            lines=4,
+            max_lines=12,
+            placeholder="Type what the voice should say… / 输入要说的话…",
+            elem_id="speak-text",
+            scale=4,
+        )
+        language = language_choice("speak")
     speed, noise_scale, noise_w, silence, seed = sampling_controls("speak")
     generate = gr.Button("Generate", variant="primary", elem_id="speak-generate")
     live = live_player("speak")
     audio = gr.Audio(label="Speech", type="filepath", interactive=False, elem_id="speak-audio", buttons=["download"])
     meta = gr.Markdown(elem_id="speak-meta", elem_classes="vl-meta")
     gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[text], label="Examples", cache_examples=False)
-    return SpeakView(text, speed, noise_scale, noise_w, silence, seed, generate, live, audio, meta)
+    gr.Markdown(VOICES_NOTE, elem_classes="vl-meta")
+    return SpeakView(text, speed, noise_scale, noise_w, silence, seed, generate, live, audio, meta, language)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from voicelab.backends.mandarin import LICENSE_NOTICE
 from voicelab.backends.mandarin.frontend import MandarinFrontend, MandarinSentence, find_assets
 from voicelab.backends.mandarin.model import FastSpeech2
 from voicelab.backends.mandarin.vocoder import MultiBandMelGAN
@@ -23,8 +24,8 @@ from voicelab.backends.mandarin.weights import load_fastspeech2, load_melgan
 from voicelab.errors import BackendLoadError, InvalidSettingError
 
 logger = logging.getLogger(__name__)
+__all__ = ["LICENSE_NOTICE", "MandarinVoice"]
 
-LICENSE_NOTICE = "The Mandarin voice is trained on the Baker corpus, licensed for non-commercial use only."
 SAMPLE_RATE = 24000
 RATIO_RANGE = (0.25, 4.0)
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
