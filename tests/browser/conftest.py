@@ -104,7 +104,8 @@ def apps(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     """Start every app the selected tests need at once, so their slow starts (worker, model) overlap."""
     files = {item.path.name for item in request.session.items}
     tone = RunningApp(tmp_path_factory.mktemp("tone-outputs")) if "test_studio_browser.py" in files else None
-    piper = RunningApp(tmp_path_factory.mktemp("piper-outputs"), "piper") if "test_piper_browser.py" in files else None
+    builtin = "test_piper_browser.py" in files  # the default built-in voices: English (Piper) and Mandarin
+    piper = RunningApp(tmp_path_factory.mktemp("builtin-outputs"), "builtin") if builtin else None
     native = None
     if "test_streaming_browser.py" in files:
         options = f"chunk_delay_s={NATIVE_CHUNK_DELAY_S}"

@@ -1,4 +1,4 @@
-"""One end-to-end run with the real built-in voice (Piper en_US-joe-medium in PyTorch), not the tone stand-in."""
+"""End-to-end runs with the real built-in voices (Piper en_US-joe-medium, Baker Mandarin), English and Chinese."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_the_built_in_voice_speaks_in_the_browser(page: Any, piper_app: RunningA
     assert rms > 0.01, "the audio is silent"
     meta = page.inner_text("#speak-meta")
     assert "cpu" in meta or "cuda" in meta
-    assert "piper" in page.inner_text("#panel-gauges")
+    assert "builtin" in page.inner_text("#panel-gauges")
     wait_for_text(page, "#panel-gauges", "1 done")  # the panel has caught up with the finished job
     save_screenshot(page, "main-page-piper.png", full_page=False)
 
@@ -42,7 +42,7 @@ def test_history_shows_the_piper_generation(page: Any, piper_app: RunningApp) ->
     open_studio(page, piper_app)
     page.get_by_role("tab", name="History").click()
     wait_for_text(page, "#history-table", "The quick brown fox")
-    assert "piper" in page.inner_text("#history-table")
+    assert "builtin" in page.inner_text("#history-table")
     assert Path(piper_app.outputs, "history").is_dir()
 
 
@@ -58,3 +58,34 @@ def test_cloning_with_the_built_in_voice_shows_similarity(page: Any, piper_app: 
     assert re.search(r"Similarity to the prompt: -?\d\.\d\d → -?\d\.\d\d", figures), figures
     assert re.search(r"Median pitch: prompt \d+ Hz · output \d+ Hz", figures), figures
     assert re.search(r"Profile cache: \d of \d+ voices · hit rate \d+%", figures), figures
+
+
+def test_chinese_text_is_spoken_by_the_mandarin_voice_with_its_license(page: Any, piper_app: RunningApp) -> None:
+    open_studio(page, piper_app)
+    text = "今天天气很好，我们一起去公园散步吧，好不好呀？"  # 20 characters
+    url = generate(page, text)
+    duration = page.evaluate(AUDIO_DURATION_JS, url)
+    assert 3.0 <= duration <= 8.0, f"{duration:.2f} s for 20 characters ('Chinese letter, Chinese letter…'?)"
+    wait_for_text(page, "#speak-meta", "non-commercial")
+    meta = page.inner_text("#speak-meta")
+    assert "language zh" in meta and "Baker corpus" in meta
+
+
+def test_a_chinese_preset_speaks_chinese_in_two_takes(page: Any, piper_app: RunningApp) -> None:
+    open_studio(page, piper_app)
+    page.get_by_role("tab", name="Design / Instruct").click()
+    page.click("#design-preset input")
+    page.get_by_role("option", name="睡前故事奶奶 (bedtime grandma)", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#design-text textarea').value.includes('小村庄')")
+    wait_for_text(page, "#design-parsed", "Style:")
+    sample = page.locator("#design-text textarea").input_value()
+    assert "小村庄" in sample
+    page.click("#design-generate")
+    durations = []
+    for take in (1, 2):
+        link = page.wait_for_selector(f"#design-take-{take} a.download-link[href]", timeout=120000)
+        durations.append(page.evaluate(AUDIO_DURATION_JS, str(link.get_attribute("href"))))
+    hanzi = sum(1 for ch in sample if "\u4e00" <= ch <= "\u9fff")
+    for duration in durations:  # slow grandma: at the slow end of Mandarin, never the English voice spelling
+        assert 0.15 * hanzi <= duration <= 0.6 * hanzi, (duration, hanzi)
+    save_screenshot(page, "design-chinese-preset.png", full_page=False)
