@@ -29,13 +29,14 @@ class Status:
     code: int
     kind: str
     retry: bool = False
+    param: str | None = None
 
 
 STATUS: dict[type[errors.VoiceLabError], Status] = {
-    errors.InvalidTextError: Status(400, "invalid_request_error"),
+    errors.InvalidTextError: Status(400, "invalid_request_error", param="input"),
     errors.InvalidPromptError: Status(400, "invalid_request_error"),
     errors.InvalidSettingError: Status(400, "invalid_request_error"),
-    VoiceNotFoundError: Status(404, "not_found_error"),
+    VoiceNotFoundError: Status(404, "not_found_error", param="voice"),
     errors.EngineBusyError: Status(429, "rate_limit_error", retry=True),
     errors.BackendLoadError: Status(503, "service_unavailable", retry=True),
     errors.EngineStoppedError: Status(503, "service_unavailable", retry=True),
@@ -82,7 +83,7 @@ def install(app: FastAPI) -> None:
         status = status_of(exc)
         if status.code >= 500:
             log.warning("%s %s failed: %s", request.method, request.url.path, exc)
-        return error_response(status.code, str(exc), status.kind, retry=status.retry, error_code=type(exc).__name__)
+        return error_response(status.code, str(exc), status.kind, status.param, status.retry, type(exc).__name__)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
