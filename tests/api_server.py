@@ -18,6 +18,7 @@ from voicelab.settings import Settings
 from voicelab.telemetry.host import HostSampler
 from voicelab.telemetry.nvml import NvmlSampler
 from voicelab.telemetry.sampler import TelemetrySampler
+from voicelab.telemetry.samples import EngineState
 
 TONE = "tests.fixture_backends:ToneBackend"
 NATIVE = "tests.fixture_native_backend:create"
@@ -31,16 +32,21 @@ class LiveServer:
 
 
 @contextlib.contextmanager
-def live_server(settings: Settings) -> Iterator[LiveServer]:
+def live_server(settings: Settings, wait: bool = True) -> Iterator[LiveServer]:
     settings = replace(settings, host="127.0.0.1", port=free_port())
     client = EngineClient(settings)
-    telemetry = TelemetrySampler(NvmlSampler(), HostSampler(), interval=0.5)
+    def engine_state() -> EngineState:  # as app.py samples it
+        status = client.status()
+        return EngineState(status.queue_length, status.in_flight_job, status.worker_pid or None)
+
+    telemetry = TelemetrySampler(NvmlSampler(), HostSampler(), engine_state, interval=0.5)
     client.add_stats_listener(telemetry.push_allocator)
     telemetry.start()
     server = ServerThread(build_app(client, settings, telemetry), settings.host, settings.port, quiet=True)
     try:
         server.start()
-        client.wait_ready(60)
+        if wait:
+            client.wait_ready(60)
         yield LiveServer(f"http://127.0.0.1:{settings.port}", client, settings)
     finally:
         server.stop()

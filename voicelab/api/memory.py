@@ -100,14 +100,15 @@ def _ram(sample: MemorySample | None) -> dict[str, int]:
 def _cuda(stats: AllocatorStats | None, sample: MemorySample | None, events: EventTotals) -> dict[str, Any]:
     nvml = sample.nvml if sample is not None else None
     system = None if nvml is None else {"free": nvml.free, "used": nvml.used, "total": nvml.total}
+    totals = {"retries": events.retries, "oom": events.ooms}
     if stats is None:
-        return {"system": system, "allocated": None, "reserved": None, "inactive": None, "events": None}
+        return {"system": system, "allocated": None, "reserved": None, "inactive": None, "events": totals}
     return {
         "system": system,
         "allocated": {"current": stats.allocated, "peak": stats.peak_allocated},
         "reserved": {"current": stats.reserved, "peak": None},
         "inactive": {"current": stats.non_releasable, "peak": None},
-        "events": {"retries": events.retries, "oom": events.ooms},
+        "events": totals,
     }
 
 
@@ -117,7 +118,7 @@ def memory_report(status: EngineStatus, sample: MemorySample | None, events: Eve
     return {
         "ram": _ram(sample),
         "cuda": _cuda(stats, sample, events),
-        "device": stats.device if stats is not None else None,
+        "device": stats.device if stats is not None else status.worker.device if status.worker else None,
         "cached_free": stats.cached_free if stats is not None else None,
         "fragmentation": stats.fragmentation if stats is not None else None,
         "largest_free_block": stats.largest_free_block if stats is not None else None,
