@@ -35,6 +35,7 @@ class LiveServer:
 def live_server(settings: Settings, wait: bool = True) -> Iterator[LiveServer]:
     settings = replace(settings, host="127.0.0.1", port=free_port())
     client = EngineClient(settings)
+
     def engine_state() -> EngineState:  # as app.py samples it
         status = client.status()
         return EngineState(status.queue_length, status.in_flight_job, status.worker_pid or None)
