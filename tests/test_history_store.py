@@ -29,9 +29,8 @@ def make_pair(text: str = "Hello there.", seconds: float = 0.5, job_id: str = "0
     prompt_audio = PromptAudio(samples=audio, sample_rate=SR, sha256="f" * 64) if prompt else None
     request = SynthesisRequest(
         text=text,
-        length_scale=0.8,
-        noise_scale=0.5,
-        noise_w=0.7,
+        speed=1.25,
+        options={"noise_scale": 0.5, "noise_w": 0.7},
         seed=None,
         style=style,
         instruction="cheerful",
@@ -67,7 +66,8 @@ def test_saved_generation_is_listed_playable_and_described(tmp_path: Path) -> No
     assert got.style == {"speed": 1.2, "emotion": "happy"}
     assert got.prompt_sha256 == "f" * 64
     assert got.backend == "tone"
-    assert got.settings["seed"] == 1234 and got.settings["length_scale"] == 0.8
+    assert got.settings["seed"] == 1234 and got.settings["speed"] == 1.25
+    assert got.settings["options"] == {"noise_scale": 0.5, "noise_w": 0.7}
     assert got.metrics["duration_s"] == pytest.approx(0.5)
     assert got.duration_s == pytest.approx(0.5)
 

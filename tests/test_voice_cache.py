@@ -8,22 +8,21 @@ import weakref
 import pytest
 import torch
 
+from voicelab.voice.analysis import VoiceStats
 from voicelab.voice.cache import ProfileCache
 from voicelab.voice.profile import SpeakerProfile
 
 
 def _profile(sha: str, device: str = "cpu", size: int = 256) -> SpeakerProfile:
-    return SpeakerProfile(
-        sha256=sha,
-        embedding=torch.randn(size, device=device),
+    stats = VoiceStats(
         f0_median_hz=120.0,
         f0_range_st=8.0,
         voiced_ratio=0.6,
         formants_hz=(500.0, 1500.0, 2500.0),
         ltas_db=(0.0,) * 18,
         loudness_dbfs=-20.0,
-        duration_s=3.0,
     )
+    return SpeakerProfile(sha256=sha, embedding=torch.randn(size, device=device), stats=stats, duration_s=3.0)
 
 
 def _fill(cache: ProfileCache, names: str, device: str = "cpu", size: int = 256) -> None:
@@ -63,7 +62,7 @@ def test_put_again_replaces_and_refreshes() -> None:
 def test_evicted_profile_tensor_is_released() -> None:
     cache = ProfileCache(capacity=2)
     _fill(cache, "a")
-    embedding_ref = weakref.ref(cache.get("a").embedding)  # type: ignore[union-attr]
+    embedding_ref = weakref.ref(cache.get("a").profile.embedding)  # type: ignore[union-attr]
     assert embedding_ref() is not None
     _fill(cache, "bc")
     gc.collect()
@@ -73,7 +72,7 @@ def test_evicted_profile_tensor_is_released() -> None:
 def test_clear_drops_everything_and_releases_tensors() -> None:
     cache = ProfileCache(capacity=4)
     _fill(cache, "ab")
-    refs = [weakref.ref(cache.get(k).embedding) for k in "ab"]  # type: ignore[union-attr]
+    refs = [weakref.ref(cache.get(k).profile.embedding) for k in "ab"]  # type: ignore[union-attr]
     assert cache.clear() == 2 and len(cache) == 0
     gc.collect()
     assert all(r() is None for r in refs)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from voicelab.eval.clone import CALIBRATION_TEXT, piper_onnx_synthesizer
+from voicelab.voice.cache import ProfileCache
 from voicelab.voice.dsp import apply_transform
 from voicelab.voice.encoder import SpeakerEncoder
 from voicelab.voice.intake import load_prompt
@@ -36,7 +37,7 @@ def female_profile(matcher: VoiceMatcher) -> SpeakerProfile:
 def test_profile_measures_the_prompt(female_profile: SpeakerProfile) -> None:
     assert 170.0 < female_profile.f0_median_hz < 215.0  # slt is a US English female speaker
     assert female_profile.embedding.shape == (256,)
-    assert female_profile.match is None
+    assert female_profile.stats.voiced_ratio > 0.3 and female_profile.duration_s > 1.0
     assert len(female_profile.sha256) == 64
 
 
@@ -59,5 +60,8 @@ def test_matching_raises_similarity_and_lands_on_the_prompt_pitch(
     assert base_f0 < 0.7 * female_profile.f0_median_hz  # the built-in voice is a low male voice
     assert float(np.max(np.abs(matched))) <= 1.0
 
-    cached = female_profile.with_match(result)
-    assert cached.match is result and cached.sha256 == female_profile.sha256
+    cache = ProfileCache(2)
+    cache.put(female_profile, {"en": result})  # the match is kept beside the profile, per backend voice
+    cached = cache.get(female_profile.sha256)
+    assert cached is not None and cached.match("en") is result and cached.profile is female_profile
+    assert cached.match("zh") is None

@@ -35,9 +35,11 @@ def _synth_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--backend", default="piper", help="backend name (default: the built-in voices)")
+    p.add_argument(
+        "--backend", default="builtin", help="builtin (English + Chinese), piper, mandarin or module:factory"
+    )
     p.add_argument("--voice", default="", help="path to a Piper voice .onnx (default: built-in en_US-joe-medium)")
-    p.add_argument("--language", default="auto", help="auto, en or zh")
+    p.add_argument("--language", default="auto", help="auto (by script), en or zh")
     p.add_argument("--speed", type=float, default=1.0, help="speaking-rate multiplier (0.25-4)")
     p.add_argument(
         "--option", action="append", default=[], metavar="NAME=VALUE", help="a backend option, e.g. noise_scale=0.5"

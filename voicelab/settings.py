@@ -16,7 +16,7 @@ class Settings:
 
     host: str = "127.0.0.1"
     port: int = 7860
-    backend: str = "piper"  # a name in voicelab.backends.registry.BACKENDS, or "module:factory"
+    backend: str = "builtin"  # a name in voicelab.backends.registry.BACKENDS, or "module:factory"
     voice_path: str = ""  # piper: a voice .onnx; empty: the built-in en_US-joe-medium voice
     model_dir: str = ""  # backends that load a model directory (e.g. CosyVoice)
     backend_options: str = ""  # "name=value,name=value": backend-specific settings, read by its factory

@@ -33,6 +33,7 @@ from voicelab.voice.prompt import PromptAudio
 log = logging.getLogger(__name__)
 
 MAX_TAKES = 4
+MAX_WAIT_S = 86400.0  # a timeout past what the platform's clock can hold would raise, not wait
 
 
 class JobTimeline(Protocol):
@@ -118,8 +119,8 @@ class GenerationService:
 
     @property
     def wait_s(self) -> float:
-        """How long a caller waits: every queued job may use its full timeout before ours runs."""
-        return self.settings.job_timeout_s * (self.settings.queue_size + 1) + 30.0
+        """How long a caller waits: every queued job may use its full timeout before ours runs (a day at most)."""
+        return min(self.settings.job_timeout_s * (self.settings.queue_size + 1) + 30.0, MAX_WAIT_S)
 
     def capabilities(self) -> Capabilities:
         """The loaded backend's capabilities, waiting for the first worker to be ready (raises its load error).

@@ -44,6 +44,8 @@ class Capabilities:
     native_instructions: it renders style and instruction itself (no DSP styling is added).
     streaming: it yields more than one chunk for long text, the first before the rest is made.
     dtypes: the dtypes ``load`` accepts. options: its own numeric controls.
+    native_pitch_languages: languages in which it shifts pitch itself by ``SpeechRequest.style.pitch_semitones``
+    (a model with an F0 input), so the engine leaves the style's pitch out of its DSP for those chunks.
     """
 
     languages: tuple[str, ...]
@@ -53,6 +55,7 @@ class Capabilities:
     streaming: bool = False
     dtypes: tuple[str, ...] = ("float32",)
     options: tuple[OptionSpec, ...] = ()
+    native_pitch_languages: tuple[str, ...] = ()
 
     def option(self, name: str) -> OptionSpec | None:
         return next((spec for spec in self.options if spec.name == name), None)
@@ -84,11 +87,12 @@ class SpeechRequest:
 
 @dataclass(frozen=True)
 class AudioChunk:
-    """A piece of the output, in order: float32 mono samples in [-1, 1] and the text it speaks."""
+    """A piece of the output, in order: float32 mono samples in [-1, 1], the text it speaks and its language."""
 
     audio: np.ndarray
     sample_rate: int
     text: str = ""
+    language: str = ""
 
     @property
     def duration_s(self) -> float:

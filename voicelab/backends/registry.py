@@ -16,7 +16,9 @@ from voicelab.errors import BackendLoadError
 from voicelab.settings import Settings
 
 BACKENDS: dict[str, str] = {
-    "piper": "voicelab.backends.piper.backend:create",
+    "builtin": "voicelab.backends.builtin.backend:create",  # English + Mandarin, routed by script (the default)
+    "piper": "voicelab.backends.piper.backend:create",  # a Piper voice alone (English by default)
+    "mandarin": "voicelab.backends.mandarin.backend:create",  # the Mandarin voice alone
 }
 
 

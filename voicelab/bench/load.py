@@ -354,7 +354,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--url", default="", help="a running studio; default: start app.py here")
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of submitting")
-    parser.add_argument("--backend", default="piper", help="when starting the app")
+    parser.add_argument("--backend", default="builtin", help="when starting the app")
     parser.add_argument("--queue-size", type=int, help="when starting the app (its default otherwise)")
     parser.add_argument("--device", help="when starting the app (its default otherwise)")
     parser.add_argument("--torch-threads", type=int, help="when starting the app")

@@ -92,8 +92,8 @@ def _naive_core(core: Any) -> Any:
             self.uploads: dict[str, Any] = {}  # one entry per upload, never pruned
             self.count = 0
 
-        def voice_for(self, prompt: Any, calibrate: Any) -> Any:
-            cached = super().voice_for(prompt, calibrate)  # matched once per voice, as the managed run
+        def voice_for(self, prompt: Any, languages: Any, calibrate: Any) -> Any:
+            cached = super().voice_for(prompt, languages, calibrate)  # matched once per voice, as the managed run
             self.count += 1
             self.uploads[f"/tmp/gradio/upload-{self.count}.wav"] = self.matcher.encoder.embed(prompt.samples)
             return cached

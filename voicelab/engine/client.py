@@ -13,10 +13,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from voicelab.engine.jobs import Job, busy_error, with_seed
+from voicelab.engine.jobs import ControlCall, Job, RestartCall, busy_error, with_seed
 from voicelab.engine.messages import (
     AllocatorStats,
     ChunkReady,
@@ -51,19 +51,6 @@ CONTROL_TIMEOUT_S = 120.0
 AUTO_CLEAN_ID = "auto-clean"
 
 
-@dataclass
-class _Control:
-    request: ControlRequest
-    future: Future[Any]
-
-
-@dataclass
-class _Restart:
-    force: bool
-    reason: str
-    future: Future[RestartReport]
-
-
 class EngineClient:
     """Thread-safe: any thread may submit; one supervisor thread talks to the worker."""
 
@@ -74,12 +61,14 @@ class EngineClient:
         self._worker = WorkerSupervisor(settings, spawn)
         self._lock = threading.Condition()
         self._jobs: deque[Job] = deque()
-        self._controls: deque[_Control] = deque()
-        self._restart: _Restart | None = None
+        self._controls: deque[ControlCall] = deque()
+        self._restart: RestartCall | None = None
         self._stopping = False
-        self._in_flight: Job | _Control | None = None
+        self._in_flight: Job | ControlCall | None = None
         self._in_flight_since = 0.0
         self._accepted = False  # the worker acknowledged the job in flight
+        self._start_attempts = 0
+        self._retry_load = False  # wait_ready asks for another load attempt after a failed one
         self._figures = WorkerFigures()
         self._counters = JobCounters()
         self._listeners: list[Callable[[AllocatorStats], None]] = []
@@ -119,13 +108,19 @@ class EngineClient:
         with self._lock:
             if self._restart is not None:
                 return self._restart.future.result(timeout)
-            self._restart = _Restart(force, "soft restart requested", future)
+            self._restart = RestartCall(force, "soft restart requested", future)
             self._lock.notify_all()
         return future.result(timeout)
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> WorkerReady:
+        """The worker's READY; after a failed load this tries loading again once (the file may be fixed now)."""
         deadline = time.monotonic() + timeout
         with self._lock:
+            if self._worker.ready is None and self._worker.load_error:
+                attempt, self._retry_load = self._start_attempts, True
+                self._lock.notify_all()
+                while self._start_attempts == attempt and time.monotonic() < deadline and not self._stopping:
+                    self._lock.wait(min(1.0, max(deadline - time.monotonic(), 0.01)))
             while self._worker.ready is None:
                 if self._worker.load_error:
                     raise BackendLoadError(self._worker.load_error)
@@ -206,6 +201,7 @@ class EngineClient:
         """After a start attempt: wake waiters; a failed start fails everything queued."""
         with self._lock:
             self._figures.heartbeat_at = time.monotonic() if self._worker.ready else 0.0
+            self._start_attempts += 1
             self._lock.notify_all()
         if self._worker.ready is None and self._worker.load_error:
             self._fail_all(BackendLoadError(self._worker.load_error))
@@ -221,16 +217,20 @@ class EngineClient:
             self._finish(in_flight, error=WorkerCrashedError())
         with self._lock:
             # After a failed start, wait for work (or a restart request) instead of spinning.
-            while self._worker.load_error and not self._stopping and not self._jobs and self._restart is None:
+            while self._worker.load_error and not self._stopping and not self._wanted():
                 self._lock.wait(1.0)
             if self._stopping:
                 return
-            restart, self._restart = self._restart, None
+            restart, self._restart, self._retry_load = self._restart, None, False
         before, started = self._figures.stats, time.monotonic()
         self._worker.start(self._stopping_now)
         self._started()
         if restart is not None:
             self._resolve_restart(restart, 0, started, before, None)
+
+    def _wanted(self) -> bool:
+        """Something is waiting for a worker (caller holds the lock)."""
+        return bool(self._jobs) or self._restart is not None or self._retry_load
 
     def _maybe_restart(self) -> None:
         with self._lock:
@@ -241,7 +241,7 @@ class EngineClient:
             requeued = self._in_flight if isinstance(self._in_flight, Job) else None
             if requeued is not None:
                 self._jobs.appendleft(requeued)
-            elif isinstance(self._in_flight, _Control):
+            elif isinstance(self._in_flight, ControlCall):
                 self._controls.appendleft(self._in_flight)
             graceful = self._in_flight is None
             self._in_flight = None
@@ -251,7 +251,7 @@ class EngineClient:
         self._resolve_restart(restart, old_pid, started, before, requeued.job_id if requeued else None)
 
     def _resolve_restart(
-        self, restart: _Restart, old_pid: int, started: float, before: AllocatorStats | None, requeued: str | None
+        self, restart: RestartCall, old_pid: int, started: float, before: AllocatorStats | None, requeued: str | None
     ) -> None:
         if self._worker.handle is None:
             restart.future.set_exception(BackendLoadError(self._worker.load_error))
@@ -290,7 +290,7 @@ class EngineClient:
                 return
             if not self._controls and not self._jobs:
                 self._lock.wait(POLL_S)
-            item: Job | _Control | None = None
+            item: Job | ControlCall | None = None
             if self._controls:
                 item = self._controls.popleft()
             elif self._jobs:
@@ -359,7 +359,7 @@ class EngineClient:
             ),
         )
 
-    def _finish(self, item: Job | _Control, value: Any = None, error: VoiceLabError | None = None) -> None:
+    def _finish(self, item: Job | ControlCall, value: Any = None, error: VoiceLabError | None = None) -> None:
         future: Future[Any] = item if isinstance(item, Job) else item.future
         if isinstance(item, Job):
             if error is None:
@@ -378,7 +378,7 @@ class EngineClient:
                 raise EngineStoppedError()
             if self._worker.load_error and self._worker.handle is None:
                 raise BackendLoadError(self._worker.load_error)
-            self._controls.append(_Control(request, future))
+            self._controls.append(ControlCall(request, future))
             self._lock.notify_all()
         return future.result(CONTROL_TIMEOUT_S + self.settings.job_timeout_s)
 
@@ -392,5 +392,5 @@ class EngineClient:
                 future.set_exception(type(error)(str(error)))
 
 
-def _request_id(item: Job | _Control) -> str:
+def _request_id(item: Job | ControlCall) -> str:
     return item.job_id if isinstance(item, Job) else item.request.request_id

@@ -19,6 +19,7 @@ import torch
 
 from voicelab.backends.base import AudioChunk, Backend, Capabilities, SpeechRequest, run_plainly
 from voicelab.backends.registry import create_backend
+from voicelab.backends.scripts import languages_in
 from voicelab.engine import memory
 from voicelab.engine.messages import (
     AllocatorStats,
@@ -140,16 +141,19 @@ class EngineCore:
         self._ensure_loaded()
         request = validate_request(request, self.capabilities, self.settings.max_text_chars)
         seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
-        language = self.resolve_language(request.language)
+        languages = self.languages_of(request)
+        if len(self.capabilities.languages) == 1:
+            request = replace(request, language=languages[0])
         memory.reset_peak(self.device)
         drafts: list[np.ndarray] = []
         outputs: list[np.ndarray] = []
         first_audio_s = 0.0
         with self.grad_mode():
-            plan = self.voice.plan(request, language, seed, self.capabilities, lambda: self._calibration(language))
+            plan = self.voice.plan(request, languages, seed, self.capabilities, self._calibration)
             for chunk in self._chunks(plan):
                 drafts.append(chunk.audio)
-                voiced = np.clip(plan.render(chunk.audio, chunk.sample_rate), -1.0, 1.0).astype(np.float32)
+                rendered = plan.render(chunk.audio, chunk.sample_rate, chunk.language)
+                voiced = np.clip(rendered, -1.0, 1.0).astype(np.float32)
                 outputs.append(voiced)
                 elapsed = time.perf_counter() - started
                 first_audio_s = first_audio_s or elapsed
@@ -167,7 +171,7 @@ class EngineCore:
             dtype=self.dtype,
             first_audio_s=first_audio_s,
             chunks=len(outputs),
-            language=language,
+            language="+".join(languages),
             peak_allocated_bytes=memory.allocator_stats(self.device).peak_allocated,
             similarity=scores.similarity if scores else None,
             similarity_base=scores.similarity_base if scores else None,
@@ -179,9 +183,13 @@ class EngineCore:
             profile_cache=self.voice.cache_stats(),
         )
 
-    def resolve_language(self, language: str) -> str:
-        """ "auto" is the backend's first language (routing by script is the router backend's job)."""
-        return self.capabilities.languages[0] if language == AUTO_LANGUAGE else language
+    def languages_of(self, request: SynthesisRequest) -> tuple[str, ...]:
+        """The languages this request will be spoken in: the one asked for, or those of its letters ("auto")."""
+        if request.language != AUTO_LANGUAGE:
+            return (request.language,)
+        spoken = self.capabilities.languages
+        found = tuple(language for language in languages_in(request.text) if language in spoken)
+        return found or spoken[:1]
 
     def _chunks(self, plan: VoicePlan) -> Iterator[AudioChunk]:
         """The backend's chunks, its generator closed in every case so its per-request state is released."""

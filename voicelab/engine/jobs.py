@@ -7,9 +7,11 @@ import secrets
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
-from voicelab.engine.messages import ChunkReady, SynthesisRequest, SynthesisResult
+from voicelab.engine.messages import ChunkReady, ControlRequest, SynthesisRequest, SynthesisResult
+from voicelab.engine.status import RestartReport
 from voicelab.errors import EngineBusyError, JobTimeoutError
 
 
@@ -62,3 +64,20 @@ class Job(Future[SynthesisResult]):
                 self.result(0)  # raises the job's error, if any
                 return
             yield item
+
+
+@dataclass
+class ControlCall:
+    """A control request queued for the worker (it runs between jobs) and the future its caller waits on."""
+
+    request: ControlRequest
+    future: Future[Any]
+
+
+@dataclass
+class RestartCall:
+    """A soft restart asked for; ``force`` requeues the job in flight instead of waiting for it."""
+
+    force: bool
+    reason: str
+    future: Future[RestartReport]

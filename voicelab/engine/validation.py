@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from voicelab.backends.base import Capabilities
+from voicelab.backends.scripts import LANGUAGE_NAMES, check_readable
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.errors import InvalidSettingError, InvalidTextError
 from voicelab.voice.prompt import check_prompt_audio
@@ -21,7 +22,6 @@ SPEED_LIMITS = (0.25, 4.0)
 SILENCE_LIMITS = (0.0, 5.0)
 SEED_RANGE = (-(2**63), 2**64)  # what torch.Generator.manual_seed accepts
 AUTO_LANGUAGE = "auto"
-LANGUAGE_NAMES = {"en": "English", "zh": "Chinese"}
 
 
 def clean_text(text: object, max_chars: int) -> str:
@@ -56,14 +56,14 @@ def check_seed(seed: int | None) -> int | None:
     return seed
 
 
-def check_language(language: str, capabilities: Capabilities | None) -> str:
-    """ "auto" or a language the loaded backend speaks."""
-    if language == AUTO_LANGUAGE:
-        return language
+def check_language(language: str, text: str, capabilities: Capabilities | None) -> str:
+    """ "auto" or a language the backend speaks, and text whose letters that voice (or those voices) can read."""
     known = capabilities.languages if capabilities is not None else tuple(LANGUAGE_NAMES)
-    if language not in known:
-        names = ", ".join(LANGUAGE_NAMES.get(code, code) for code in known)
+    if language != AUTO_LANGUAGE and language not in known:
+        names = " and ".join(LANGUAGE_NAMES.get(code, code) for code in known)
         raise InvalidSettingError(f"The language {language!r} is not available; this voice speaks {names}.")
+    if capabilities is not None:
+        check_readable(text, known if language == AUTO_LANGUAGE else (language,))
     return language
 
 
@@ -89,10 +89,11 @@ def validate_request(request: SynthesisRequest, capabilities: Capabilities | Non
         options = check_options(request.options, capabilities)
     if request.prompt is not None:
         check_prompt_audio(request.prompt)
+    text = clean_text(request.text, max_chars)
     return replace(
         request,
-        text=clean_text(request.text, max_chars),
-        language=check_language(request.language, capabilities),
+        text=text,
+        language=check_language(request.language, text, capabilities),
         speed=check_range("Speed", request.speed, SPEED_LIMITS),
         sentence_silence_s=check_range("Silence between sentences", request.sentence_silence_s, SILENCE_LIMITS),
         seed=check_seed(request.seed),

