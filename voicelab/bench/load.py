@@ -364,6 +364,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--ready-timeout", type=float, default=300.0)
     parser.add_argument("--client-nice", type=int, default=10, help="CPU niceness of the client threads (0: off)")
     parser.add_argument("--window", type=float, default=10.0, help="seconds per table row")
+    parser.add_argument("--api", action="store_true", help="drive POST /v1/audio/speech instead of the UI")
+    parser.add_argument("--api-key", default="", help="with --api: the password of the server's --auth")
     return parser.parse_args(argv)
 
 

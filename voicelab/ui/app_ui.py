@@ -25,6 +25,8 @@ from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
 from voicelab.ui.serving import configure_environment
 from voicelab.ui.speak_tab import SpeakView, can_stream, speak_layout
+from voicelab.ui.voices_tab import VoiceLibrary, VoicePickerView, voice_picker_layout
+from voicelab.voices import VOICES_DIRNAME, VoiceStore
 
 GENERATE_CONCURRENCY_HEADROOM = 1  # one more than the engine queue, so the engine (not Gradio) says "busy"
 QUIET: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private"}
@@ -47,13 +49,25 @@ class Handlers:
     panel: ResourcePanel
 
 
-def build_ui(client: Engine, settings: Settings, telemetry: Any | None = None) -> gr.Blocks:
-    """The Gradio app for ``client``; ``telemetry`` is a ``TelemetrySampler`` (or ``None``: engine figures only)."""
+def build_ui(
+    client: Engine,
+    settings: Settings,
+    telemetry: Any | None = None,
+    service: GenerationService | None = None,
+    voices: VoiceStore | None = None,
+) -> gr.Blocks:
+    """The Gradio app for ``client``; ``telemetry`` is a ``TelemetrySampler`` (or ``None``: engine figures only).
+
+    ``service`` and ``voices`` are shared with the HTTP API when it is mounted beside the UI.
+    """
     paths = configure_environment(settings)
-    history = History(paths.history)
+    if service is None:
+        service = GenerationService(client, History(paths.history), settings, telemetry)
+    history = service.history or History(paths.history)
     history.sweep()
+    library = VoiceLibrary(voices or VoiceStore(paths.outputs / VOICES_DIRNAME), paths.gradio_temp)
     handlers = Handlers(
-        Studio(GenerationService(client, history, settings, telemetry), paths.gradio_temp, can_stream()),
+        Studio(service, paths.gradio_temp, can_stream()),
         HistoryBrowser(history),
         ResourcePanel(client, telemetry),
     )
@@ -66,6 +80,7 @@ def build_ui(client: Engine, settings: Settings, telemetry: Any | None = None) -
                 with gr.Tab("Speak", id="speak"):
                     speak = speak_layout()
                 with gr.Tab("Clone", id="clone"):
+                    picker = voice_picker_layout()
                     clone = clone_layout()
                 with gr.Tab("Design / Instruct", id="design"):
                     design = design_layout()
@@ -74,6 +89,7 @@ def build_ui(client: Engine, settings: Settings, telemetry: Any | None = None) -
             with gr.Column(scale=2, min_width=320):
                 panel = panel_layout()
         _wire(demo, Views(speak, clone, design, history_tab, history_view, panel), handlers, settings)
+        wire_voices(demo, picker, clone, library)
     return demo
 
 
@@ -152,4 +168,19 @@ def _wire_panel(demo: gr.Blocks, panel: PanelView, handler: ResourcePanel) -> No
     )
     panel.inspect.click(
         handler.inspect_memory, outputs=[panel.segments, panel.report], api_name="inspect_memory", **control
+    )
+
+
+def wire_voices(demo: gr.Blocks, picker: VoicePickerView, clone: CloneView, library: VoiceLibrary) -> None:
+    """My voices: listed on load, a pick fills the Clone prompt, save and delete refresh the list."""
+    demo.load(library.choices, outputs=picker.picker, **QUIET)
+    picker.picker.input(library.pick, inputs=picker.picker, outputs=[clone.prompt, clone.transcript], **QUIET)
+    picker.save.click(
+        library.save,
+        inputs=[picker.name, clone.prompt, clone.transcript],
+        outputs=[picker.picker, picker.status],
+        api_name="voice_save",
+    )
+    picker.delete.click(
+        library.delete, inputs=picker.picker, outputs=[picker.picker, picker.status], api_name="voice_delete"
     )

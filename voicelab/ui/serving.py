@@ -121,3 +121,11 @@ def launch_options(settings: Settings) -> dict[str, Any]:
         "show_error": True,
         "css": CSS,
     }
+
+
+def mount_options(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for ``gr.mount_gradio_app``: the launch options, less what only ``launch`` knows."""
+    options = launch_options(settings)
+    for name in ("share", "server_port"):
+        options.pop(name)
+    return options

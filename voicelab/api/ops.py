@@ -1,0 +1,94 @@
+"""Operations: ``GET /health`` (open, a load balancer's probe), and behind the API key ``GET /v1/memory``,
+``POST /v1/memory/clean``, ``POST /v1/engine/restart`` and ``GET /metrics``.
+
+Health and memory read the engine status and the telemetry ring (never waiting on the worker); clean and
+restart run in the worker between jobs, like the panel's buttons, and answer before → after.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.params import Depends
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, Field
+
+from voicelab.api.context import ApiContext
+from voicelab.api.memory import clean_dict, memory_report, restart_dict
+from voicelab.engine.status import EngineStatus
+
+
+class CleanBody(BaseModel):
+    clear_profiles: bool = Field(False, description="Also drop the cached speaker profiles.")
+
+
+class RestartBody(BaseModel):
+    force: bool = Field(False, description="Do not wait for the job in flight (it is run again from the start).")
+
+
+def engine_state(status: EngineStatus) -> str:
+    if status.ready:
+        return "ready" if status.model_loaded else "ready (model offloaded while idle)"
+    return "failed" if status.load_error else "starting"
+
+
+def health_body(ctx: ApiContext, status: EngineStatus) -> dict[str, Any]:
+    worker = status.worker
+    return {
+        "status": "ok" if status.ready else engine_state(status),
+        "engine": engine_state(status),
+        "backend": worker.backend if worker else None,
+        "device": worker.device if worker else None,
+        "dtype": worker.dtype if worker else None,
+        "queue_length": status.queue_length,
+        "queue_size": ctx.settings.queue_size,
+        "in_flight": status.in_flight_job,
+        "worker_pid": status.worker_pid or None,
+        "worker_uptime_s": None if status.worker_uptime_s is None else round(status.worker_uptime_s, 1),
+        "restarts": status.restarts,
+        "completed": status.completed,
+        "failed": status.failed,
+        "load_error": status.load_error,
+        "leak_warning": status.leak_warning,
+    }
+
+
+def open_routes(ctx: ApiContext) -> APIRouter:
+    router = APIRouter(tags=["operations"])
+
+    @router.get("/health")
+    def health() -> JSONResponse:
+        """The engine's state; 503 until the worker is ready (and while it restarts)."""
+        status = ctx.engine.status()
+        return JSONResponse(health_body(ctx, status), status_code=200 if status.ready else 503)
+
+    return router
+
+
+def routes(ctx: ApiContext, auth: Depends) -> APIRouter:
+    router = APIRouter(tags=["operations"], dependencies=[auth])
+
+    @router.get("/v1/memory")
+    def memory() -> dict[str, Any]:
+        """The panel's memory figures (A1111 ``/sdapi/v1/memory`` names where they mean the same)."""
+        return memory_report(ctx.engine.status(), ctx.telemetry.ring.latest(), ctx.events.totals())
+
+    @router.post("/v1/memory/clean")
+    def clean(body: CleanBody | None = None) -> dict[str, Any]:
+        """Clean the device cache between jobs (ComfyUI ``/free``); before → after."""
+        ctx.require_ready()
+        return clean_dict(ctx.engine.clean_cache(clear_profiles=body.clear_profiles if body else False))
+
+    @router.post("/v1/engine/restart")
+    def restart(body: RestartBody | None = None) -> dict[str, Any]:
+        """Soft restart: replace the worker process; queued jobs stay queued."""
+        return restart_dict(ctx.engine.soft_restart(force=body.force if body else False))
+
+    @router.get("/metrics", response_class=Response)
+    def metrics() -> Response:
+        """Prometheus exposition format."""
+        return Response(ctx.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    return router

@@ -1,0 +1,194 @@
+"""``POST /v1/audio/speech`` in OpenAI's shape: a thin adapter over ``GenerationService.prepare`` + ``stream``.
+
+Everything that can be refused is refused before the first byte (validation, an unknown voice, a full queue):
+the route waits for the first chunk before it answers, so a 4xx/429/503 is a real status, not a broken stream.
+``model`` is accepted and ignored (the server has one loaded backend); ``language`` and ``seed`` are VoiceLab
+extensions (``extra_body`` in the OpenAI client).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Literal
+
+from fastapi import APIRouter
+from fastapi.params import Depends
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from fastapi.sse import EventSourceResponse, format_sse_event
+from pydantic import BaseModel, ConfigDict, Field
+
+from voicelab.api.audio import FORMATS, StreamEncoder, output_rate
+from voicelab.api.context import ApiContext
+from voicelab.api.errors import ApiError, status_of
+from voicelab.engine.messages import ChunkReady
+from voicelab.errors import VoiceLabError
+from voicelab.studio import GenerationRequest, PreparedGeneration, PromptClip, Take
+from voicelab.subtitles import cues, to_srt
+from voicelab.voices import VoiceNotFoundError
+
+log = logging.getLogger(__name__)
+
+Event = ChunkReady | Take
+OUTCOME_BY_STATUS = {400: "invalid", 404: "not_found", 413: "too_large", 429: "busy", 503: "unavailable"}
+
+
+class VoiceId(BaseModel):
+    id: str = Field(description="A saved voice's id (voice_...).")
+
+
+class SpeechBody(BaseModel):
+    """OpenAI's speech request, plus VoiceLab's ``language`` and ``seed``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field("voicelab", description="Accepted for compatibility; the loaded backend speaks.")
+    input: str = Field(description="The text to speak (at most the server's max_text_chars).")
+    voice: str | VoiceId = Field("default", description='"default", a saved voice name or id, or {"id": ...}.')
+    instructions: str = Field("", description='How to say it, e.g. "slowly, in a warm low voice".')
+    response_format: Literal["wav", "pcm", "opus", "flac", "mp3", "srt"] = "mp3"
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+    stream_format: Literal["audio", "sse"] = "audio"
+    language: str = Field("auto", description='"auto" or a language code of the loaded voice.')
+    seed: int | None = Field(None, description="Fixed seed for a repeatable take (echoed in X-Seed).")
+
+
+def outcome_of(exc: Exception) -> str:
+    code = exc.code if isinstance(exc, ApiError) else status_of(exc).code if isinstance(exc, VoiceLabError) else 500
+    return OUTCOME_BY_STATUS.get(code, "error")
+
+
+def _prompt(ctx: ApiContext, voice: str | VoiceId) -> PromptClip | None:
+    if isinstance(voice, str) and voice.strip().lower() == "default":
+        return None
+    try:
+        saved = ctx.voices.get(voice.id) if isinstance(voice, VoiceId) else ctx.voices.find(voice)
+    except VoiceNotFoundError as exc:
+        names = ", ".join(repr(v.name) for v in ctx.voices.list()[:20]) or "none saved yet"
+        raise VoiceNotFoundError(f"{exc} Use 'default' for the built-in voice, or a saved voice ({names}).") from exc
+    return PromptClip(saved.clip_path, saved.transcript)
+
+
+def _request(ctx: ApiContext, body: SpeechBody) -> GenerationRequest:
+    limit = ctx.settings.max_text_chars
+    if len(body.input) > limit:
+        raise ApiError(
+            413,
+            f"The input is {len(body.input):,} characters long; the limit is {limit:,}. "
+            "Please shorten it or split it up.",
+            "invalid_request_error",
+            "input",
+        )
+    if body.response_format == "srt" and body.stream_format == "sse":
+        raise ApiError(
+            400, "Subtitles (srt) come whole; use stream_format audio.", "invalid_request_error", "stream_format"
+        )
+    return GenerationRequest(
+        text=body.input,
+        kind="api",
+        language=body.language,
+        prompt=_prompt(ctx, body.voice),
+        instruction=body.instructions,
+        speed=body.speed,
+        seed=body.seed if body.seed is not None else secrets.randbelow(2**31),
+    )
+
+
+def _start(ctx: ApiContext, body: SpeechBody) -> tuple[PreparedGeneration, ChunkReady, Iterator[Event]]:
+    """Validate, submit and wait for the first chunk: every refusal is raised here, before any byte is sent."""
+    ctx.require_ready()
+    prepared = ctx.service.prepare(_request(ctx, body))
+    events = ctx.service.stream(prepared)
+    first = next(events)
+    assert isinstance(first, ChunkReady), "a job yields at least one chunk before its take"
+    return prepared, first, events
+
+
+def _audio_body(ctx: ApiContext, fmt: str, first: ChunkReady, events: Iterator[Event], began: float) -> Iterator[bytes]:
+    encoder = StreamEncoder(fmt, first.chunk.sample_rate)
+    try:
+        yield encoder.feed(first.chunk.audio)
+        for event in events:
+            if isinstance(event, ChunkReady):
+                yield encoder.feed(event.chunk.audio)
+            else:
+                yield encoder.close()
+                ctx.metrics.finished("ok", time.monotonic() - began, event.result)
+    except VoiceLabError as exc:  # the status line is gone: the body simply ends short, and the log says why
+        log.warning("speech stream ended early: %s", exc)
+        ctx.metrics.finished(outcome_of(exc), time.monotonic() - began)
+
+
+def _sse_body(
+    ctx: ApiContext, fmt: str, first: ChunkReady, events: Iterator[Event], began: float, chars: int
+) -> Iterator[bytes]:
+    encoder = StreamEncoder(fmt, first.chunk.sample_rate)
+
+    def delta(data: bytes) -> bytes:
+        return format_sse_event(
+            data_str=json.dumps({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+        )
+
+    try:
+        yield delta(encoder.feed(first.chunk.audio))
+        for event in events:
+            if isinstance(event, ChunkReady):
+                yield delta(encoder.feed(event.chunk.audio))
+                continue
+            yield delta(encoder.close())
+            usage = {"input_tokens": chars, "output_tokens": 0, "total_tokens": chars}
+            yield format_sse_event(data_str=json.dumps({"type": "speech.audio.done", "usage": usage}))
+            ctx.metrics.finished("ok", time.monotonic() - began, event.result)
+    except VoiceLabError as exc:
+        status = status_of(exc)
+        error = {"message": str(exc), "type": status.kind, "param": None, "code": type(exc).__name__}
+        yield format_sse_event(data_str=json.dumps({"type": "error", "error": error}))
+        ctx.metrics.finished(outcome_of(exc), time.monotonic() - began)
+
+
+def _subtitles(ctx: ApiContext, prepared: PreparedGeneration, first: ChunkReady, events: Iterator[Event]) -> Response:
+    pieces = [(first.chunk.text, first.chunk.duration_s)]
+    pieces += [(e.chunk.text, e.chunk.duration_s) for e in events if isinstance(e, ChunkReady)]
+    text = to_srt(cues(pieces, prepared.requests[0].sentence_silence_s))
+    return PlainTextResponse(text, media_type="application/x-subrip")
+
+
+def routes(ctx: ApiContext, auth: Depends) -> APIRouter:
+    router = APIRouter(tags=["speech"], dependencies=[auth])
+
+    @router.post(
+        "/v1/audio/speech",
+        response_class=Response,
+        responses={200: {"content": {f.media_type: {} for f in FORMATS.values()}, "description": "The audio."}},
+    )
+    def speech(body: SpeechBody) -> Response:
+        """Speech in OpenAI's shape; streamed as sentences are ready (``stream_format`` audio or sse)."""
+        began = time.monotonic()
+        try:
+            prepared, first, events = _start(ctx, body)
+            if body.response_format == "srt":
+                response = _subtitles(ctx, prepared, first, events)
+                ctx.metrics.finished("ok", time.monotonic() - began)
+                return response
+        except (VoiceLabError, ApiError) as exc:
+            ctx.metrics.finished(outcome_of(exc), time.monotonic() - began)
+            raise
+        request = prepared.requests[0]
+        fmt = body.response_format
+        headers = {
+            "X-Seed": str(request.seed),
+            "X-Job-Id": request.job_id,
+            "X-Sample-Rate": str(output_rate(fmt, first.chunk.sample_rate)),
+        }
+        if body.stream_format == "sse":
+            stream = _sse_body(ctx, fmt, first, events, began, len(body.input))
+            return EventSourceResponse(stream, headers=headers)
+        return StreamingResponse(
+            _audio_body(ctx, fmt, first, events, began), media_type=FORMATS[fmt].media_type, headers=headers
+        )
+
+    return router

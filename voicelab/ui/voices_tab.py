@@ -1,0 +1,81 @@
+"""'My voices' on the Clone tab: pick a saved voice (it fills the prompt and transcript), save the current
+prompt under a name, delete one. Layout and a few short handlers over the same ``VoiceStore`` as the API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from voicelab.errors import InvalidPromptError, StorageError
+from voicelab.ui.handlers import shows_errors
+from voicelab.voices import VoiceStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class VoicePickerView:
+    picker: gr.Dropdown
+    name: gr.Textbox
+    save: gr.Button
+    delete: gr.Button
+    status: gr.Markdown
+
+
+def voice_picker_layout() -> VoicePickerView:
+    with gr.Accordion("My voices", open=True), gr.Row(equal_height=True):
+        picker = gr.Dropdown(label="Saved voice", choices=[], value=None, scale=3, elem_id="voices-picker")
+        name = gr.Textbox(label="Save the prompt below as", placeholder="a name", scale=2, elem_id="voices-name")
+        save = gr.Button("Save this voice", scale=1, elem_id="voices-save")
+        delete = gr.Button("Delete", variant="stop", scale=1, elem_id="voices-delete")
+    status = gr.Markdown(elem_id="voices-status")
+    return VoicePickerView(picker, name, save, delete, status)
+
+
+class VoiceLibrary:
+    """The picker's handlers; ``cache_dir`` is Gradio's folder, where a picked clip is copied to be served."""
+
+    def __init__(self, store: VoiceStore, cache_dir: Path) -> None:
+        self.store, self.cache_dir = store, cache_dir
+
+    def choices(self, selected: str | None = None) -> Any:
+        options = [(v.name, v.voice_id) for v in self.store.list()]
+        known = {voice_id for _, voice_id in options}
+        return gr.update(choices=options, value=selected if selected in known else None)
+
+    @shows_errors
+    def pick(self, voice_id: str | None) -> tuple[Any, Any]:
+        """The saved clip into the prompt player, its transcript into the transcript box."""
+        if not voice_id:
+            return gr.skip(), gr.skip()
+        voice = self.store.get(voice_id)
+        data = voice.clip_path.read_bytes()
+        target = self.cache_dir / hashlib.sha256(data).hexdigest() / f"{voice.voice_id}{voice.clip_path.suffix}"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(voice.clip_path, target)
+        except OSError as exc:
+            raise StorageError(f"The saved voice could not be opened ({exc.strerror or exc}).") from exc
+        return str(target), voice.transcript
+
+    @shows_errors
+    def save(self, name: str, prompt_path: str | None, transcript: str) -> tuple[Any, str]:
+        if not prompt_path:
+            raise InvalidPromptError("Upload or record a voice prompt first, then save it.")
+        path = Path(prompt_path)
+        voice = self.store.save(name, path.read_bytes(), transcript or "", path.suffix or ".wav")
+        return self.choices(voice.voice_id), f"Saved **{voice.name}** ({voice.duration_s:.1f} s of speech)."
+
+    @shows_errors
+    def delete(self, voice_id: str | None) -> tuple[Any, str]:
+        if not voice_id:
+            return gr.skip(), "Pick a saved voice to delete."
+        voice = self.store.delete(voice_id)
+        return self.choices(), f"Deleted **{voice.name}**."

@@ -1,0 +1,216 @@
+"""Saved voices on disk: one clip plus one JSON sidecar per voice, under ``<outputs>/voices/``.
+
+The clip is kept exactly as uploaded once intake accepted it (so the same file always decodes to the same
+samples, and the engine's profile cache, keyed by their hash, is warmed from it lazily on first use). Writes
+are atomic (temp file + ``os.replace``), the sidecar last: a crash leaves at most an orphan clip, never a
+listed half voice. Ids come from a strict pattern and names never become paths, so no name or id can make
+this module touch anything outside the folder. Gradio-free and torch-free; the UI and the HTTP API share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import secrets
+import tempfile
+import threading
+import time
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+from voicelab.errors import InvalidSettingError, StorageError, VoiceLabError
+from voicelab.voice.intake import load_prompt
+from voicelab.voice.prompt import PromptAudio
+
+log = logging.getLogger(__name__)
+
+VOICES_DIRNAME = "voices"
+VOICE_ID = re.compile(r"^voice_[0-9a-f]{16}$")
+MAX_NAME_CHARS = 64
+RESERVED_NAMES = frozenset({"default"})
+NAME_CHARS = re.compile(r"^[\w][\w .'()\-]*$")  # letters of any script, digits, a few separators
+
+
+class VoiceNotFoundError(VoiceLabError):
+    """No saved voice has that id or name (HTTP 404)."""
+
+    default_message = "There is no saved voice with that id or name."
+
+
+class DuplicateVoiceError(InvalidSettingError):
+    """A saved voice already has that name (HTTP 400)."""
+
+    default_message = "A saved voice already has that name."
+
+
+@dataclass(frozen=True)
+class SavedVoice:
+    """One saved voice: its id, the name users pick it by, when it was saved, its clip and transcript."""
+
+    voice_id: str
+    name: str
+    created_at: int  # unix seconds
+    transcript: str
+    clip_path: Path
+    duration_s: float
+    sha256: str
+
+
+def check_name(name: object) -> str:
+    """The name, trimmed, or the sentence saying what a voice name may be."""
+    if not isinstance(name, str) or not unicodedata.normalize("NFC", name).strip():
+        raise InvalidSettingError("Please give the voice a name.")
+    cleaned = unicodedata.normalize("NFC", name).strip()
+    if len(cleaned) > MAX_NAME_CHARS:
+        raise InvalidSettingError(f"A voice name may have at most {MAX_NAME_CHARS} characters.")
+    if not NAME_CHARS.match(cleaned) or "__" in cleaned:
+        raise InvalidSettingError(
+            "A voice name may use letters, digits, spaces and . ' ( ) - _ and must start with a letter or digit."
+        )
+    if cleaned.lower() in RESERVED_NAMES:
+        raise InvalidSettingError(f"The name {cleaned!r} is reserved for the built-in voice.")
+    return cleaned
+
+
+class VoiceStore:
+    """The voices folder. A lock makes the name check and the save one step; each write is one atomic rename."""
+
+    def __init__(self, root: str | Path, max_upload_bytes: int = 50 * 2**20) -> None:
+        self.root = Path(os.path.abspath(root))
+        self.max_upload_bytes = max_upload_bytes
+        self._lock = threading.Lock()
+
+    # ---- writing ----
+
+    def save(self, name: str, clip: bytes, transcript: str = "", suffix: str = ".wav") -> SavedVoice:
+        """Check the name and the clip (intake), then store both; raises the user's sentence."""
+        cleaned = check_name(name)
+        prompt = load_prompt(clip, transcript.strip(), max_bytes=self.max_upload_bytes)
+        ext = suffix.lower() if re.fullmatch(r"\.[a-z0-9]{1,5}", suffix.lower()) else ".audio"
+        with self._lock:
+            if self._find_name(cleaned) is not None:
+                raise DuplicateVoiceError(f"A saved voice is already called {cleaned!r}; please choose another name.")
+            voice_id = f"voice_{secrets.token_hex(8)}"
+            sidecar = {
+                "id": voice_id,
+                "name": cleaned,
+                "created_at": int(time.time()),
+                "transcript": prompt.transcript,
+                "clip": f"{voice_id}{ext}",
+                "duration_s": round(prompt.duration_s, 3),
+                "sha256": prompt.sha256,
+            }
+            self._write(voice_id, ext, clip, sidecar)
+        log.info("saved voice %s (%s)", cleaned, voice_id)
+        return self._voice_from(sidecar)
+
+    def _write(self, voice_id: str, ext: str, clip: bytes, sidecar: dict[str, object]) -> None:
+        clip_path = self._path(voice_id, ext)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._atomic_write(clip_path, clip)
+            self._atomic_write(self._path(voice_id, ".json"), json.dumps(sidecar, indent=2).encode("utf-8"))
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                clip_path.unlink()
+            raise StorageError(
+                f"The voice could not be saved to {self.root} ({exc.strerror or exc}); nothing was kept."
+            ) from exc
+
+    def _atomic_write(self, target: Path, data: bytes) -> None:
+        fd, temp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+
+    def delete(self, voice_id: str) -> SavedVoice:
+        """Remove a voice (sidecar first, so it leaves the list at once); ``VoiceNotFoundError`` if unknown."""
+        with self._lock:
+            voice = self.get(voice_id)
+            try:
+                self._path(voice_id, ".json").unlink(missing_ok=True)
+                voice.clip_path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise StorageError(f"The voice could not be deleted ({exc.strerror or exc}).") from exc
+        return voice
+
+    # ---- reading ----
+
+    def list(self) -> list[SavedVoice]:
+        """Every readable voice, oldest first; damaged sidecars are skipped (and logged)."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for path in sorted(self.root.glob("voice_*.json")):
+            if not VOICE_ID.match(path.stem):
+                continue
+            try:
+                found.append(self.get(path.stem))
+            except (VoiceNotFoundError, StorageError) as exc:
+                log.warning("skipping saved voice %s: %s", path.stem, exc)
+        return sorted(found, key=lambda v: (v.created_at, v.name.lower()))
+
+    def get(self, voice_id: str) -> SavedVoice:
+        if not isinstance(voice_id, str) or not VOICE_ID.match(voice_id):
+            raise VoiceNotFoundError(f"There is no saved voice with the id {str(voice_id)[:80]!r}.")
+        sidecar_path = self._path(voice_id, ".json")
+        if not sidecar_path.is_file():
+            raise VoiceNotFoundError(f"There is no saved voice with the id {voice_id!r}.")
+        try:
+            voice = self._voice_from(json.loads(sidecar_path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StorageError(f"The saved voice {voice_id} is damaged and cannot be read.") from exc
+        if voice.voice_id != voice_id or not voice.clip_path.is_file():
+            raise StorageError(f"The saved voice {voice_id} has lost its audio clip.")
+        return voice
+
+    def find(self, id_or_name: str) -> SavedVoice:
+        """A voice by id, or by name (case-insensitive); ``VoiceNotFoundError`` names what was asked."""
+        if VOICE_ID.match(id_or_name):
+            return self.get(id_or_name)
+        voice = self._find_name(id_or_name.strip())
+        if voice is None:
+            raise VoiceNotFoundError(f"There is no saved voice called {id_or_name[:80]!r}.")
+        return voice
+
+    def prompt(self, voice: SavedVoice) -> PromptAudio:
+        """The voice's clip through intake, exactly as when it was saved."""
+        return load_prompt(voice.clip_path, voice.transcript, max_bytes=self.max_upload_bytes)
+
+    def _find_name(self, name: str) -> SavedVoice | None:
+        wanted = unicodedata.normalize("NFC", name).casefold()
+        return next((v for v in self.list() if v.name.casefold() == wanted), None)
+
+    def _voice_from(self, data: dict[str, object]) -> SavedVoice:
+        voice_id, clip = str(data["id"]), str(data["clip"])
+        if not clip.startswith(voice_id) or "/" in clip or "\\" in clip:
+            raise ValueError("clip name does not belong to the voice")
+        return SavedVoice(
+            voice_id=voice_id,
+            name=str(data["name"]),
+            created_at=int(str(data["created_at"])),
+            transcript=str(data.get("transcript", "")),
+            clip_path=self._path(voice_id, clip[len(voice_id) :]),
+            duration_s=float(str(data.get("duration_s", 0.0))),
+            sha256=str(data.get("sha256", "")),
+        )
+
+    def _path(self, voice_id: str, suffix: str) -> Path:
+        """A file of a voice, refusing any id or link that would leave the voices folder."""
+        if not VOICE_ID.match(voice_id):
+            raise VoiceNotFoundError("That is not a saved voice id.")
+        path = self.root / f"{voice_id}{suffix}"
+        if path.is_symlink() or not path.resolve().is_relative_to(self.root.resolve()):
+            raise StorageError("That saved voice points outside the voices folder and was refused.")
+        return path
