@@ -72,8 +72,10 @@ def test_synth_writes_a_wav_that_matches_its_json_line(plain: Run) -> None:
     line = plain.line
     for key in ("sample_rate", "duration_s", "latency_s", "rtf"):
         assert is_number(line[key]) and line[key] > 0, key
-    assert (line["backend"], line["device"], line["dtype"]) == ("piper", "cpu", "float32")
-    assert line["seed"] == SEED and line["out"] == str(plain.out)
+    assert (line["backend"], line["device"], line["dtype"]) == ("builtin", "cpu", "float32")
+    assert line["seed"] == SEED and line["out"] == str(plain.out) and line["language"] == "en"
+    assert is_number(line["first_audio_s"]) and 0 < line["first_audio_s"] <= line["latency_s"]
+    assert line["chunks"] >= 1
     audio, rate = sf.read(plain.out, dtype="float32")
     assert rate == line["sample_rate"] == 22050
     assert len(audio) / rate == pytest.approx(line["duration_s"], abs=1e-3)
@@ -131,3 +133,10 @@ def test_corrupt_prompt_file_is_refused_with_one_line(tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.wav"
     corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVE" + np.random.default_rng(0).bytes(4000))
     assert_one_error_line(synth(tmp_path / "out.wav", "--prompt", str(corrupt)), "prompt", "not an audio file")
+
+
+def test_chinese_text_is_spoken_by_the_mandarin_voice(tmp_path: Path) -> None:
+    text = "今天天气很好，我们去公园散步吧。"  # 15 characters
+    run = synth(tmp_path / "zh.wav", "--text", text, "--seed", "1")
+    assert run.line["language"] == "zh"
+    assert 0.15 * 15 <= run.line["duration_s"] <= 0.40 * 15
