@@ -145,6 +145,7 @@ class PQMFSynthesis(nn.Module):
         g, left, right = self.polyphase()
         phases = F.conv2d(F.pad(x, (left, right)), g.to(x.dtype).unsqueeze(2))  # [B, P, 1, T]
         wave = phases[:, :, 0].transpose(1, 2).reshape(x.shape[0], -1)
+        assert self.filter.bias is not None
         return wave + self.filter.bias
 
 
