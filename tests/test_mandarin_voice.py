@@ -188,3 +188,11 @@ def test_the_voice_module_imports_neither_engine_ui_nor_tensorflow() -> None:
 
 def test_license_notice_is_one_sentence() -> None:
     assert "Baker" in LICENSE_NOTICE and "non-commercial" in LICENSE_NOTICE and LICENSE_NOTICE.count(".") == 1
+
+
+def test_clause_marks_become_phrase_breaks_and_thousands_are_read(voice: MandarinVoice) -> None:
+    (sentence,) = voice.sentences("价格是1,000元，好吗？")
+    phonemes = voice.frontend.phonemes(sentence.text)
+    assert phonemes[0] == phonemes[-1] == "sil" and phonemes.count("#3") == 1
+    assert "q ian1" in " ".join(phonemes)  # 一千, not 一 (the normaliser alone reads "1,000" as 1)
+    assert voice.synthesize([]) == []

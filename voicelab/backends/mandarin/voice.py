@@ -76,6 +76,10 @@ class MandarinVoice:
         if dtype == "float16" and not device.startswith("cuda"):
             logger.info("float16 on %s falls back to float32", device)
             dtype = "float32"
+        if not device.startswith("cuda") and torch.set_flush_denormal(True):
+            # process-wide (the engine runs each voice in its worker): denormal floats in the vocoder's
+            # quiet passages made CPU synthesis about 20% slower; flushing them changes no audible bit
+            logger.info("flushing denormal floats to zero on CPU")
         acoustic = load_fastspeech2(self.assets.fastspeech2).to(device)
         vocoder = load_melgan(self.assets.melgan).to(device=device, dtype=DTYPES[dtype])
         if dtype != "float32":
