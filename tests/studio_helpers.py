@@ -17,11 +17,11 @@ def make_studio(engine: Engine, history: History, cache_dir: Path | None = None)
 
 def speak(studio: Studio, *controls: Any) -> tuple[Any, str]:
     """(the saved audio, the final status line) of the Speak button."""
-    *_, (_live, saved, status) = list(studio.speak(*controls))
+    *_, (_live, _srt, saved, status) = list(studio.speak(*controls))
     return saved, status
 
 
 def clone(studio: Studio, *controls: Any) -> tuple[Any, str, str]:
     """(the saved audio, the final status line, the clone figures) of the Clone button."""
-    *_, (_live, saved, status, figures) = list(studio.clone(*controls))
+    *_, (_live, _srt, saved, status, figures) = list(studio.clone(*controls))
     return saved, status, figures

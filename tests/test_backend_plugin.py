@@ -80,11 +80,14 @@ def test_style_and_instruction_are_rendered_by_the_backend_not_twice(service: Ge
     assert louder.result.duration_s == pytest.approx(plain.duration_s, abs=0.01)  # no DSP re-timing either
 
 
-def test_the_speak_button_plays_each_chunk_as_it_arrives(service: GenerationService) -> None:
-    studio = Studio(service, cache_dir=None, streaming=True)
+def test_the_speak_button_plays_each_chunk_as_it_arrives(service: GenerationService, tmp_path: Path) -> None:
+    studio = Studio(service, cache_dir=tmp_path, streaming=True)
     updates = list(studio.speak(TEXT, 1.0, 0.667, 0.8, 0.1, 7))
     live = [u[0] for u in updates if isinstance(u[0], bytes)]
     assert len(live) == 3 and all(chunk.startswith(b"RIFF") for chunk in live)
-    assert all(u[2].startswith(f"Generating… part {i + 1} ready") for i, u in enumerate(updates[:3]))
-    saved, status = updates[-1][1], updates[-1][2]
+    assert all(u[3].startswith(f"Generating… part {i + 1} ready") for i, u in enumerate(updates[:3]))
+    _, srt, saved, status = updates[-1]
     assert isinstance(saved, str) and saved.endswith(".wav") and "first audio" in status
+    cues = Path(srt).read_text(encoding="utf-8").strip().split("\n\n")  # one cue per sentence, timed by its chunk
+    assert [c.splitlines()[2] for c in cues] == ["One.", "Two two.", "Three three three."]
+    assert cues[1].splitlines()[1] == "00:00:00,300 --> 00:00:00,700"

@@ -110,7 +110,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         [speak.generate.click, speak.text.submit],
         handlers.studio.speak,
         inputs=speak.inputs,
-        outputs=[speak.live, speak.audio, speak.meta],
+        outputs=[speak.live, speak.subtitles, speak.audio, speak.meta],
         api_name="speak",
         **limit,
     ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
@@ -118,7 +118,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         [clone.generate.click],
         handlers.studio.clone,
         inputs=clone.inputs,
-        outputs=[clone.live, clone.audio, clone.meta, clone.figures],
+        outputs=[clone.live, clone.subtitles, clone.audio, clone.meta, clone.figures],
         api_name="clone",
         **limit,
     ).success(handlers.history.refresh, outputs=history.listing, **QUIET)

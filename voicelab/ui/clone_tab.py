@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from voicelab.ui.speak_tab import language_choice, live_player, sampling_controls
+from voicelab.ui.speak_tab import language_choice, live_player, sampling_controls, subtitles_file
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class CloneView:
     meta: gr.Markdown
     figures: gr.Markdown
     language: gr.Dropdown
+    subtitles: gr.File
 
     @property
     def inputs(self) -> list[gr.components.Component]:
@@ -55,5 +56,6 @@ def clone_layout() -> CloneView:
     )
     figures = gr.Markdown(elem_id="clone-figures")
     meta = gr.Markdown(elem_id="clone-meta", elem_classes="vl-meta")
+    subtitles = subtitles_file("clone")
     controls = (speed, noise_scale, noise_w, silence, seed)
-    return CloneView(prompt, transcript, text, *controls, generate, live, audio, meta, figures, language)
+    return CloneView(prompt, transcript, text, *controls, generate, live, audio, meta, figures, language, subtitles)

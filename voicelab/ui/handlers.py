@@ -35,6 +35,7 @@ from voicelab.instruct.parser import ParsedInstruction
 from voicelab.instruct.presets import get_preset
 from voicelab.instruct.style import Style
 from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Take
+from voicelab.subtitles import cues, to_srt
 from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ R = TypeVar("R")
 AudioValue = str | tuple[int, np.ndarray]
 DISK_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 CONTROL_NAMES = ("age", "gender", "pitch", "pitch_variation", "volume", "speed", "emotion")  # controls_to_style order
-SpeakOutputs = tuple[Any, Any, str]  # live chunk, saved audio, status line
+SpeakOutputs = tuple[Any, Any, Any, str]  # live chunk, subtitles file, saved audio, status line
 
 
 def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
@@ -140,18 +141,31 @@ class Studio:
                 audio = str(write_playable(take.result, self.cache_dir))
         return Shown(take, audio, f"{metadata_line(take.result)}\n\n{notices}".strip())
 
-    def run_streaming(self, request: GenerationRequest) -> Iterator[tuple[Any, Any, str, Shown | None]]:
-        """(live chunk, saved audio, status, finished take) as the engine makes them."""
+    def run_streaming(self, request: GenerationRequest) -> Iterator[tuple[Any, Any, Any, str, Shown | None]]:
+        """(live chunk, subtitles, saved audio, status, finished take) as the engine makes them."""
         prepared = self.service.prepare(request)
-        heard = 0.0
+        heard, pieces = 0.0, []
         for event in self.service.stream(prepared):
             if isinstance(event, ChunkReady):
                 heard += event.chunk.duration_s
+                pieces.append((event.chunk.text, event.chunk.duration_s))
                 live = encode_wav(event.chunk.audio, event.chunk.sample_rate) if self.streaming else gr.skip()
-                yield live, gr.skip(), progress_line(event, heard), None
+                yield live, gr.skip(), gr.skip(), progress_line(event, heard), None
             else:
                 shown = self.show(event)
-                yield gr.skip(), shown.audio, shown.status, shown
+                srt = self.subtitles(shown.take, pieces, request.sentence_silence_s)
+                yield gr.skip(), srt, shown.audio, shown.status, shown
+
+    def subtitles(self, take: Take, pieces: list[tuple[str, float]], gap_s: float) -> str | None:
+        """The take's sentence-level SRT file in Gradio's cache folder (``None`` where nothing can be served)."""
+        if self.cache_dir is None:
+            return None
+        text = to_srt(cues(pieces, gap_s)).encode("utf-8")
+        try:
+            return str(write_cached(text, self.cache_dir, f"{take.result.job_id}.srt"))
+        except StorageError as exc:
+            log.warning("no subtitles for %s: %s", take.result.job_id, exc)
+            return None
 
     @shows_errors
     def speak(
@@ -174,8 +188,8 @@ class Studio:
             sentence_silence_s=silence_s,
             options=self.options(noise_scale, noise_w),
         )
-        for live, saved, status, _ in self.run_streaming(request):
-            yield live, saved, status
+        for live, srt, saved, status, _ in self.run_streaming(request):
+            yield live, srt, saved, status
 
     @shows_errors
     def clone(
@@ -189,7 +203,7 @@ class Studio:
         silence_s: float,
         seed: float | None,
         language: str = "auto",
-    ) -> Iterator[tuple[Any, Any, str, Any]]:
+    ) -> Iterator[tuple[Any, Any, Any, str, Any]]:
         """The Clone tab's button: the prompt's sentence comes at once, before anything is queued."""
         if not prompt_path:
             raise InvalidPromptError("Please upload or record a voice prompt first.")
@@ -203,12 +217,12 @@ class Studio:
             sentence_silence_s=silence_s,
             options=self.options(noise_scale, noise_w),
         )
-        for live, saved, status, shown in self.run_streaming(request):
+        for live, srt, saved, status, shown in self.run_streaming(request):
             if shown is None:
-                yield live, saved, status, gr.skip()
+                yield live, srt, saved, status, gr.skip()
             else:
                 prompt = shown.take.request.prompt
-                yield live, saved, status, clone_figures(shown.take.result, prompt) if prompt else ""
+                yield live, srt, saved, status, clone_figures(shown.take.result, prompt) if prompt else ""
 
     @shows_errors
     def design(self, text: str, takes: float, instruction: str, *choices: str | None) -> tuple[Any, ...]:
@@ -231,9 +245,13 @@ class Studio:
 
 def write_playable(result: SynthesisResult, cache_dir: Path) -> Path:
     """The WAV Gradio will serve, in its cache folder (named by content, like Gradio's own copies)."""
-    data = encode_wav(result.audio, result.sample_rate)
+    return write_cached(encode_wav(result.audio, result.sample_rate), cache_dir, f"{result.job_id}.wav")
+
+
+def write_cached(data: bytes, cache_dir: Path, name: str) -> Path:
+    """``data`` as ``name`` in a content-named folder of Gradio's cache, written atomically."""
     folder = cache_dir / hashlib.sha256(data).hexdigest()
-    target = folder / f"{result.job_id}.wav"
+    target = folder / name
     temp = ""
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -245,7 +263,7 @@ def write_playable(result: SynthesisResult, cache_dir: Path) -> Path:
         if temp:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
-        log.warning("cannot write playable audio for %s: %s", result.job_id, exc)
+        log.warning("cannot write %s into Gradio's cache: %s", name, exc)
         if exc.errno in DISK_FULL:
             raise StorageError("The disk is full: the audio could not be saved or played.") from exc
         reason = exc.strerror or "unknown error"

@@ -30,6 +30,7 @@ class SpeakView:
     audio: gr.Audio
     meta: gr.Markdown
     language: gr.Dropdown
+    subtitles: gr.File
 
     @property
     def inputs(self) -> list[gr.components.Component]:
@@ -41,6 +42,11 @@ VOICES_NOTE = (
     "Built-in voices: English (Piper en_US-joe-medium, MIT) and Chinese (Baker FastSpeech2; "
     "non-commercial use only). Mixed text is spoken run by run, each in its own voice."
 )
+
+
+def subtitles_file(prefix: str) -> gr.File:
+    """Sentence-level SubRip subtitles of the finished take, to download beside the audio."""
+    return gr.File(label="Subtitles (SRT)", interactive=False, elem_id=f"{prefix}-srt", height=60)
 
 
 def language_choice(prefix: str) -> gr.Dropdown:
@@ -96,6 +102,7 @@ def speak_layout() -> SpeakView:
     live = live_player("speak")
     audio = gr.Audio(label="Speech", type="filepath", interactive=False, elem_id="speak-audio", buttons=["download"])
     meta = gr.Markdown(elem_id="speak-meta", elem_classes="vl-meta")
+    subtitles = subtitles_file("speak")
     gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[text], label="Examples", cache_examples=False)
     gr.Markdown(VOICES_NOTE, elem_classes="vl-meta")
-    return SpeakView(text, speed, noise_scale, noise_w, silence, seed, generate, live, audio, meta, language)
+    return SpeakView(text, speed, noise_scale, noise_w, silence, seed, generate, live, audio, meta, language, subtitles)
