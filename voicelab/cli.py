@@ -37,6 +37,8 @@ def _synth_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--backend", default="piper", help="backend name (default: the built-in voices)")
     p.add_argument("--voice", default="", help="path to a Piper voice .onnx (default: built-in en_US-joe-medium)")
+    p.add_argument("--cosyvoice-dir", default="", help="cosyvoice: the model directory")
+    p.add_argument("--cosyvoice-code", default="", help="cosyvoice: an upstream checkout (needed for CosyVoice3)")
     p.add_argument("--language", default="auto", help="auto, en or zh")
     p.add_argument("--speed", type=float, default=1.0, help="speaking-rate multiplier (0.25-4)")
     p.add_argument(
@@ -68,9 +70,22 @@ def _run_synth(args: argparse.Namespace) -> int:
     from voicelab.studio import GenerationRequest, GenerationService
     from voicelab.voice.intake import load_prompt
 
+    from voicelab.backends.registry import preflight
+
+    base = from_environment()
     settings = replace(
-        from_environment(), device=args.device, dtype=args.dtype, backend=args.backend, voice_path=args.voice
+        base,
+        device=args.device,
+        dtype=args.dtype,
+        backend=args.backend,
+        voice_path=args.voice,
+        cosyvoice_dir=args.cosyvoice_dir or base.cosyvoice_dir,
+        cosyvoice_code=args.cosyvoice_code or base.cosyvoice_code,
     )
+    problem = preflight(settings)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     request = GenerationRequest(
         text=args.text,
         kind="cli",

@@ -17,7 +17,25 @@ from voicelab.settings import Settings
 
 BACKENDS: dict[str, str] = {
     "piper": "voicelab.backends.piper.backend:create",
+    "cosyvoice": "voicelab.backends.cosyvoice.backend:create",
 }
+
+
+def preflight(settings: Settings) -> str | None:
+    """What is missing to start ``settings.backend``, as one sentence (None: nothing, or the backend can't tell).
+
+    A backend module may define ``preflight(settings)``; it must answer without loading a model or importing
+    optional packages, so front ends can refuse to start before the worker is spawned.
+    """
+    target = BACKENDS.get(settings.backend, settings.backend)
+    if ":" not in target:
+        return None
+    try:
+        module = importlib.import_module(target.split(":", 1)[0])
+    except ImportError:
+        return None  # create_backend reports it
+    check = getattr(module, "preflight", None)
+    return cast(Callable[[Settings], str | None], check)(settings) if callable(check) else None
 
 
 def create_backend(settings: Settings) -> Backend:
