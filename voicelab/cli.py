@@ -65,12 +65,11 @@ def _run_synth(args: argparse.Namespace) -> int:
     """Through the same generation service as the UI, with the engine in this process (no worker)."""
     import soundfile as sf
 
+    from voicelab.backends.registry import preflight
     from voicelab.engine.validation import clean_text
     from voicelab.settings import from_environment
     from voicelab.studio import GenerationRequest, GenerationService
     from voicelab.voice.intake import load_prompt
-
-    from voicelab.backends.registry import preflight
 
     base = from_environment()
     settings = replace(

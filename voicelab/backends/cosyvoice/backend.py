@@ -34,7 +34,7 @@ REQUIRED_MODULES = (
     "torchaudio", "transformers", "onnxruntime", "hyperpyyaml", "omegaconf", "whisper",
     "conformer", "diffusers", "inflect", "librosa", "matcha",
 )  # fmt: skip
-STREAM = OptionSpec("stream", "Stream upstream's chunks", 0.0, 1.0, 1.0, "1: audio every ~1 s of tokens; 0: per sentence")
+STREAM = OptionSpec("stream", "Stream upstream's chunks", 0.0, 1.0, 1.0, "1: audio every ~1 s of tokens; 0: a sentence")
 Loader = Callable[[Path, str, str, str, int | None], UpstreamRuntime]
 
 
@@ -101,7 +101,7 @@ class CosyVoiceBackend:
     def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
         runtime = self._loaded()
         if request.prompt is None:
-            raise InvalidPromptError("CosyVoice clones a voice: please add a voice prompt (3–30 s of one speaker).")
+            raise InvalidPromptError("CosyVoice clones a voice: please add a voice prompt (3 to 30 s of one speaker).")
         prompt = request.prompt
         check_prompt_limits(prompt.duration_s, prompt.sample_rate)
         plan = plan_mode(self.version, runtime.normalize_prompt(prompt.transcript), request.instruction)

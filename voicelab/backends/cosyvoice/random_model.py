@@ -12,6 +12,7 @@ text length (random weights never emit the end token). The audio is noise; memor
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import time
@@ -39,7 +40,7 @@ def write_model(out: Path, version: int, tiny: bool, device: str = "cpu", seed: 
     write_qwen(blank, 2 if tiny else 24, device)
     text = hyperparameters(version, tiny)
     (out / f"cosyvoice{version}.yaml").write_text(text)
-    configs = load_hyperpyyaml(text, overrides={"qwen_pretrain_path": str(blank)})
+    configs = load_hyperpyyaml(io.StringIO(text), overrides={"qwen_pretrain_path": str(blank)})
     for name in ("llm", "flow", "hift"):
         module = configs[name].float()
         torch.save(module.state_dict(), out / f"{name}.pt")

@@ -169,9 +169,8 @@ def hyperparameters(version: int, tiny: bool) -> str:
         llm_class = "Qwen2LM"
     else:
         flow = FLOW3.format(cfm=CFM, dit_depth=2 if tiny else 22)
-        hift = HIFT.format(
-            hift_class="CausalHiFTGenerator", hift_extra="    conv_pre_look_right: 4\n", f0_class="CausalConvRNNF0Predictor"
-        )
+        extra = "    conv_pre_look_right: 4\n"
+        hift = HIFT.format(hift_class="CausalHiFTGenerator", hift_extra=extra, f0_class="CausalConvRNNF0Predictor")
         front = FRONTEND.format(tokenizer_version="    version: cosyvoice3\n", fmax="null")
         llm_class = "CosyVoice3LM"
     return "\n".join([COMMON, LLM.format(llm_class=llm_class), flow, hift, front])

@@ -15,7 +15,7 @@ import logging
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +63,11 @@ def model_version(model_dir: Path) -> int:
     for version in (3, 2):
         if (model_dir / f"cosyvoice{version}.yaml").is_file():
             return version
-    raise BackendLoadError(f"{model_dir} is not a CosyVoice2/3 model directory (no cosyvoice2.yaml or cosyvoice3.yaml).")
+    raise BackendLoadError(f"{model_dir} is not a CosyVoice2/3 model directory (no cosyvoice2.yaml or 3.yaml).")
 
 
 def token_limit(text_tokens: int, cap: int) -> int:
-    """How many speech tokens a random-weight LLM is made to emit: clamp(4 × text tokens, 20, cap)."""
+    """How many speech tokens a random-weight LLM is made to emit: clamp(4 * text tokens, 20, cap)."""
     return max(MIN_TOKENS, min(TOKENS_PER_TEXT_TOKEN * text_tokens, cap))
 
 
@@ -98,7 +98,7 @@ class LlmWatch:
 def install_guards(model: Any, watch: LlmWatch, token_cap: int | None) -> None:
     """Wrap this model instance's ``llm_job`` and ``llm.inference`` (and, for random weights, its sampler)."""
     original_job: Callable[..., None] = model.llm_job
-    original_inference: Callable[..., Iterator[int]] = model.llm.inference
+    original_inference: Callable[..., Generator[int, None, None]] = model.llm.inference
 
     def guarded_job(*args: Any) -> None:
         request_id = args[-1]
@@ -218,8 +218,8 @@ class UpstreamRuntime:
             log.warning("upstream llm_job did not stop within 60 s")
         with self.model.lock:
             for name in SESSION_DICTS:
-                table = getattr(self.model, name, None)
-                for key in [k for k in (table or {}) if k not in before]:
+                table: dict[str, Any] = getattr(self.model, name, None) or {}
+                for key in [k for k in table if k not in before]:
                     table.pop(key, None)
 
     def _session_ids(self) -> set[str]:
@@ -241,9 +241,9 @@ def _add_code_dir(code_dir: str) -> None:
 
 def _upstream_classes(version: int) -> tuple[Any, Any, Any]:
     try:
-        from hyperpyyaml import load_hyperpyyaml
         from cosyvoice.cli import model as upstream_model
         from cosyvoice.cli.frontend import CosyVoiceFrontEnd
+        from hyperpyyaml import load_hyperpyyaml
     except ImportError as exc:
         raise BackendLoadError(
             f"CosyVoice's optional packages are missing ({exc.name or exc}): install them with "
