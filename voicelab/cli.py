@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "rtf": "voicelab.bench.rtf",
     "soak": "voicelab.bench.soak",
     "load": "voicelab.bench.load",
+    "cosyvoice": "voicelab.bench.cosyvoice",
 }
 EVALUATIONS: dict[str, str] = {
     "clone": "voicelab.eval.clone",
