@@ -15,6 +15,7 @@ import argparse
 import io
 import json
 import logging
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,9 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--size", choices=("tiny", "full"), default="tiny")
     parser.add_argument("--device", default="cpu", help="where the random Qwen body is initialised (cuda is faster)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--code", default="", help="an upstream checkout to import from (needed for --version 3)")
     parser.add_argument("out", type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.code:
+        sys.path.insert(0, str(Path(args.code).resolve()))
     started = time.perf_counter()
     write_model(args.out, args.version, args.size == "tiny", args.device, args.seed)
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
