@@ -266,8 +266,8 @@ def load_runtime(model_dir: Path, code_dir: str, device: str, dtype: str, token_
     _add_code_dir(code_dir)
     version = model_version(model_dir)
     load_hyperpyyaml, frontend_class, model_class = _upstream_classes(version)
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
+    if device.startswith("cuda:"):
+        torch.cuda.set_device(torch.device(device))  # upstream puts everything on the current CUDA device
     with open(model_dir / f"cosyvoice{version}.yaml") as handle:
         configs = load_hyperpyyaml(handle, overrides={"qwen_pretrain_path": str(model_dir / "CosyVoice-BlankEN")})
     configs["llm"].to(torch.float32)
