@@ -231,12 +231,16 @@ class UpstreamRuntime:
 
 
 def _add_code_dir(code_dir: str) -> None:
-    if code_dir:
-        path = str(Path(code_dir).resolve())
-        if not (Path(path) / "cosyvoice" / "cli" / "model.py").is_file():
-            raise BackendLoadError(f"{code_dir} is not a CosyVoice checkout (no cosyvoice/cli/model.py in it).")
-        if path not in sys.path:
-            sys.path.insert(0, path)
+    if not code_dir:
+        return
+    path = Path(code_dir).resolve()
+    if not (path / "cosyvoice" / "cli" / "model.py").is_file():
+        raise BackendLoadError(f"{code_dir} is not a CosyVoice checkout (no cosyvoice/cli/model.py in it).")
+    loaded = sys.modules.get("cosyvoice")
+    if loaded is not None and path not in Path(str(getattr(loaded, "__file__", "") or "/")).resolve().parents:
+        raise BackendLoadError(f"Another cosyvoice package is already imported in this process ({loaded.__file__}).")
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 
 def _upstream_classes(version: int) -> tuple[Any, Any, Any]:
@@ -280,6 +284,11 @@ def load_runtime(model_dir: Path, code_dir: str, device: str, dtype: str, token_
         configs["allowed_special"],
     )
     model = model_class(configs["llm"], configs["flow"], configs["hift"], dtype == "float16")
+    if not hasattr(model, "llm"):  # cosyvoice-minicpmo's copy keeps only the token-to-wave half
+        raise BackendLoadError(
+            "The installed cosyvoice package has no speech-token LLM (cosyvoice-minicpmo ships only the vocoder "
+            "half): point --cosyvoice-code at a checkout of FunAudioLLM/CosyVoice."
+        )
     model.load(str(model_dir / "llm.pt"), str(model_dir / "flow.pt"), str(model_dir / "hift.pt"))
     if dtype != "float32":
         model.llm.to(TORCH_DTYPES[dtype])
