@@ -3,8 +3,9 @@
 ``FakeModel.tts`` runs ``llm_job`` in a thread that fills per-request dicts, polls them when streaming
 (growing ``token_hop_len`` each chunk, as upstream does), and cleans its dicts only when run to the end, as
 upstream does. ``FakeLlm.inference`` samples through ``self.sampling`` and stops at a stop id, or fails on
-demand, as a dtype mismatch makes the real one fail inside the thread. Every sample of a chunk carries the
-chunk's number, so tests can hear the order. Only torch and numpy are needed: no torchaudio, no upstream.
+demand, as a dtype mismatch makes the real one fail inside the thread. The first sample of each chunk
+carries the chunk's number (/ 100) over a quiet tone, so tests can hear the order.
+Only torch and numpy are needed: no torchaudio, no upstream.
 """
 
 from __future__ import annotations
@@ -13,16 +14,27 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from voicelab.backends.cosyvoice.backend import CosyVoiceBackend, CosyVoiceConfig
 from voicelab.backends.cosyvoice.features import SpeakerEntry
 from voicelab.backends.cosyvoice.upstream import UpstreamRuntime
+from voicelab.settings import Settings
 
 SAMPLES_PER_TOKEN = 960  # 24 kHz / 25 tokens per second
 STOP = 6561
+
+
+def tone(samples: int, number: int) -> torch.Tensor:
+    """A quiet 180 Hz tone whose first sample carries ``number / 100``."""
+    wave = 0.1 * torch.sin(2 * torch.pi * 180 * torch.arange(samples) / 24000)
+    if samples:
+        wave[0] = number / 100
+    return wave.unsqueeze(0)
 
 
 def decode(tokens: torch.Tensor) -> str:
@@ -111,20 +123,20 @@ class FakeModel:
     def _whole(self, key: str, job: threading.Thread, speed: float) -> Iterator[dict[str, torch.Tensor]]:
         job.join()
         samples = int(len(self.tts_speech_token_dict[key]) * SAMPLES_PER_TOKEN / speed)
-        yield {"tts_speech": torch.full((1, samples), 0.0)}
+        yield {"tts_speech": tone(samples, 0)}
 
     def _stream(self, key: str) -> Iterator[dict[str, torch.Tensor]]:
         offset, number = 0, 0
         while True:
             time.sleep(0.002)
             if len(self.tts_speech_token_dict[key]) - offset >= self.token_hop_len:
-                yield {"tts_speech": torch.full((1, self.token_hop_len * SAMPLES_PER_TOKEN), float(number))}
+                yield {"tts_speech": tone(self.token_hop_len * SAMPLES_PER_TOKEN, number)}
                 offset, number = offset + self.token_hop_len, number + 1
                 self.token_hop_len = min(self.token_max_hop_len, self.token_hop_len * 2)
             if self.llm_end_dict[key] and len(self.tts_speech_token_dict[key]) - offset < self.token_hop_len:
                 break
         rest = len(self.tts_speech_token_dict[key]) - offset
-        yield {"tts_speech": torch.full((1, rest * SAMPLES_PER_TOKEN), float(number))}
+        yield {"tts_speech": tone(rest * SAMPLES_PER_TOKEN, number)}
 
 
 class FakeFeaturizer:
@@ -141,3 +153,9 @@ class FakeFeaturizer:
 
 def fake_runtime(version: int = 2, token_cap: int | None = None) -> UpstreamRuntime:
     return UpstreamRuntime(FakeFrontend(), FakeModel(), FakeFeaturizer(), version, 24000, token_cap)
+
+
+def create(settings: Settings) -> CosyVoiceBackend:
+    """``CosyVoiceBackend`` over these doubles, by "module:factory" path, for the worker engine on CPU."""
+    config = CosyVoiceConfig(Path(settings.cosyvoice_dir), "", settings.profile_cache_size)
+    return CosyVoiceBackend(config, loader=lambda *args: fake_runtime(2))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, OptionSpec, SpeechRequest, run_plainly
+from voicelab.backends.cosyvoice.default_voice import default_prompt
 from voicelab.backends.cosyvoice.features import PROMPT_RATE, SpeakerEntry
 from voicelab.backends.cosyvoice.modes import BoundedLRU, ModePlan, plan_mode, segment_text
 from voicelab.backends.cosyvoice.upstream import UpstreamRuntime, load_runtime, model_version
@@ -76,6 +77,7 @@ class CosyVoiceBackend:
         self.loader = loader
         self.runtime: UpstreamRuntime | None = None
         self.speakers: BoundedLRU[SpeakerEntry] = BoundedLRU(config.speaker_cache)
+        self.default_prompt = default_prompt()
 
     @property
     def capabilities(self) -> Capabilities:
@@ -100,9 +102,7 @@ class CosyVoiceBackend:
 
     def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
         runtime = self._loaded()
-        if request.prompt is None:
-            raise InvalidPromptError("CosyVoice clones a voice: please add a voice prompt (3 to 30 s of one speaker).")
-        prompt = request.prompt
+        prompt = request.prompt or self.default_prompt  # no prompt: the neutral built-in voice (default_voice.py)
         check_prompt_limits(prompt.duration_s, prompt.sample_rate)
         plan = plan_mode(self.version, runtime.normalize_prompt(prompt.transcript), request.instruction)
         segments = runtime.normalize(request.text)
@@ -115,9 +115,12 @@ class CosyVoiceBackend:
         for index, segment in enumerate(segments):
             gap = np.zeros(round(request.sentence_silence_s * SAMPLE_RATE) if index else 0, np.float32)
             pieces = self._segment(runtime, plan, segment, entry, stream, request.speed, guard)
-            for piece_index, audio in enumerate(pieces):
-                head = gap if piece_index == 0 else gap[:0]
-                yield AudioChunk(np.concatenate([head, audio]).astype(np.float32), SAMPLE_RATE, segment)
+            try:
+                for piece_index, audio in enumerate(pieces):
+                    head = gap if piece_index == 0 else gap[:0]
+                    yield AudioChunk(np.concatenate([head, audio]).astype(np.float32), SAMPLE_RATE, segment)
+            finally:
+                pieces.close()  # a caller that leaves early must close upstream now, not whenever GC runs
 
     def _segment(
         self,
@@ -128,7 +131,7 @@ class CosyVoiceBackend:
         stream: bool,
         speed: float,
         guard: MemoryGuard,
-    ) -> Iterator[np.ndarray]:
+    ) -> Generator[np.ndarray, None, None]:
         model_input = runtime.inputs(plan, segment_text(plan, segment), entry)
         if stream:
             yield from runtime.run(model_input, stream=True, speed=1.0)
