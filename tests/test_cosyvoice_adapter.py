@@ -21,7 +21,7 @@ import pytest
 
 from tests.fixture_cosyvoice_upstream import SAMPLES_PER_TOKEN, FakeModel, decode, fake_runtime
 from voicelab.backends.base import AudioChunk, SpeechRequest
-from voicelab.backends.cosyvoice.backend import CosyVoiceBackend, CosyVoiceConfig, preflight
+from voicelab.backends.cosyvoice.backend import CosyVoiceBackend, CosyVoiceConfig, code_problem, preflight
 from voicelab.backends.cosyvoice.modes import Mode, plan_mode
 from voicelab.backends.cosyvoice.upstream import UpstreamRuntime, token_limit
 from voicelab.errors import BackendRuntimeError, InvalidPromptError
@@ -177,6 +177,9 @@ def test_preflight_says_what_is_missing_in_one_sentence(tmp_path: Path, monkeypa
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "torchaudio" else real_find_spec(n, *a))
     message = preflight(Settings(cosyvoice_dir=str(model_dir(tmp_path))))
     assert message is not None and "requirements-cosyvoice.txt" in message and "torchaudio" in message
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "cosyvoice" else real_find_spec(n, *a))
+    assert "--cosyvoice-code DIR" in (code_problem("") or "")
+    assert "is not a CosyVoice checkout" in (code_problem(str(tmp_path)) or "")
 
 
 def test_the_app_refuses_to_start_without_the_optional_install(capsys: pytest.CaptureFixture[str]) -> None:

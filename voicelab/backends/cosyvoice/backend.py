@@ -185,14 +185,27 @@ def preflight(settings: Settings) -> str | None:
     path = Path(model_dir)
     if not any((path / f"cosyvoice{v}.yaml").is_file() for v in (2, 3)):
         return f"{model_dir} is not a CosyVoice2/3 model directory: it has no cosyvoice2.yaml or cosyvoice3.yaml."
-    code = Path(settings.cosyvoice_code) if settings.cosyvoice_code else None
     missing = [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
-    if (code is None or not (code / "cosyvoice").is_dir()) and importlib.util.find_spec("cosyvoice") is None:
-        missing.append("cosyvoice")
     if missing:
         return (
             f"CosyVoice's optional packages are missing ({', '.join(missing)}): install them with "
             "`.venv/bin/pip install -r requirements-cosyvoice.txt` (see README, CosyVoice)."
+        )
+    return code_problem(settings.cosyvoice_code)
+
+
+def code_problem(code_dir: str) -> str | None:
+    """Upstream's inference code must come with its LLM: a checkout, or an installed package that has it."""
+    if code_dir:
+        ok = (Path(code_dir) / "cosyvoice" / "cli" / "model.py").is_file()
+        return None if ok else f"{code_dir} is not a CosyVoice checkout: it has no cosyvoice/cli/model.py."
+    spec = importlib.util.find_spec("cosyvoice")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    model_py = Path(folders[0]) / "cli" / "model.py" if folders else None
+    if model_py is None or not model_py.is_file() or "# self.llm = llm" in model_py.read_text():
+        return (
+            "CosyVoice needs upstream's inference code with its LLM: pass --cosyvoice-code DIR, a checkout of "
+            "github.com/FunAudioLLM/CosyVoice (the cosyvoice-minicpmo package only provides matcha and the vocoder)."
         )
     return None
 
