@@ -127,8 +127,8 @@ def _voicelab_request(job: Job, stream: bool) -> Any:
 
 def _engine_sample(engine: Any, window: int) -> Sample:
     stats = engine.allocator_stats()
-    sample = _sample(window, stats.worker_pid, stats.allocated, stats.reserved, stats.non_releasable)
-    return sample
+    pid = stats.worker_pid or engine.status().worker_pid
+    return _sample(window, pid, stats.allocated, stats.reserved, stats.non_releasable)
 
 
 def run_voicelab(args: argparse.Namespace, jobs: list[Job], conn: Any) -> None:
