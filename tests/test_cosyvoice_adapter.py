@@ -21,8 +21,9 @@ import pytest
 
 from tests.fixture_cosyvoice_upstream import SAMPLES_PER_TOKEN, FakeModel, decode, fake_runtime
 from voicelab.backends.base import AudioChunk, SpeechRequest
-from voicelab.backends.cosyvoice.backend import CosyVoiceBackend, CosyVoiceConfig, code_problem, preflight
+from voicelab.backends.cosyvoice.backend import CosyVoiceBackend, CosyVoiceConfig
 from voicelab.backends.cosyvoice.modes import Mode, plan_mode
+from voicelab.backends.cosyvoice.preflight import code_problem, preflight
 from voicelab.backends.cosyvoice.upstream import UpstreamRuntime, token_limit
 from voicelab.errors import BackendRuntimeError, InvalidPromptError
 from voicelab.settings import Settings
@@ -183,6 +184,11 @@ def test_preflight_says_what_is_missing_in_one_sentence(tmp_path: Path, monkeypa
 
 
 def test_the_app_refuses_to_start_without_the_optional_install(capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+    import sys
+
+    check = "import voicelab.backends.cosyvoice.preflight, sys; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True).stdout.strip() == "False"
     import app
 
     with pytest.raises(SystemExit) as stopped:

@@ -19,23 +19,24 @@ BACKENDS: dict[str, str] = {
     "piper": "voicelab.backends.piper.backend:create",
     "cosyvoice": "voicelab.backends.cosyvoice.backend:create",
 }
+# Optional: a torch-free "module:function" saying what is missing to start a backend (see ``preflight``).
+PREFLIGHTS: dict[str, str] = {
+    "cosyvoice": "voicelab.backends.cosyvoice.preflight:preflight",
+}
 
 
 def preflight(settings: Settings) -> str | None:
-    """What is missing to start ``settings.backend``, as one sentence (None: nothing, or the backend can't tell).
+    """What is missing to start ``settings.backend``, as one sentence (None: nothing known to be missing).
 
-    A backend module may define ``preflight(settings)``; it must answer without loading a model or importing
-    optional packages, so front ends can refuse to start before the worker is spawned.
+    Front ends call it before spawning the worker; the function it names must answer without loading a model,
+    importing torch or importing optional packages.
     """
-    target = BACKENDS.get(settings.backend, settings.backend)
-    if ":" not in target:
+    target = PREFLIGHTS.get(settings.backend)
+    if target is None:
         return None
-    try:
-        module = importlib.import_module(target.split(":", 1)[0])
-    except ImportError:
-        return None  # create_backend reports it
-    check = getattr(module, "preflight", None)
-    return cast(Callable[[Settings], str | None], check)(settings) if callable(check) else None
+    module_name, attribute = target.split(":", 1)
+    check = getattr(importlib.import_module(module_name), attribute)
+    return cast(Callable[[Settings], str | None], check)(settings)
 
 
 def create_backend(settings: Settings) -> Backend:

@@ -7,7 +7,6 @@ instruction untouched and only scores similarity. Each normalised sentence is on
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 from collections.abc import Callable, Generator, Iterator
@@ -21,6 +20,7 @@ from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, Option
 from voicelab.backends.cosyvoice.default_voice import default_prompt
 from voicelab.backends.cosyvoice.features import PROMPT_RATE, SpeakerEntry
 from voicelab.backends.cosyvoice.modes import BoundedLRU, ModePlan, plan_mode, segment_text
+from voicelab.backends.cosyvoice.preflight import model_dir_of, preflight
 from voicelab.backends.cosyvoice.upstream import UpstreamRuntime, load_runtime, model_version
 from voicelab.errors import BackendLoadError, InvalidPromptError, InvalidTextError
 from voicelab.settings import Settings
@@ -31,10 +31,6 @@ SAMPLE_RATE = 24000  # CosyVoice2 and CosyVoice3 both decode at 24 kHz
 MAX_PROMPT_S = 30.0  # upstream's speech tokenizer refuses longer audio
 RANDOM_MARKER = "voicelab-random.json"  # written by random_model.py: {"token_cap": N}
 LANGUAGES = {2: ("en", "zh", "ja", "ko"), 3: ("en", "zh", "ja", "ko", "de", "es", "fr", "it", "ru")}
-REQUIRED_MODULES = (
-    "torchaudio", "transformers", "onnxruntime", "hyperpyyaml", "omegaconf", "whisper",
-    "conformer", "diffusers", "inflect", "librosa", "matcha",
-)  # fmt: skip
 STREAM = OptionSpec("stream", "Stream upstream's chunks", 0.0, 1.0, 1.0, "1: audio every ~1 s of tokens; 0: a sentence")
 Loader = Callable[[Path, str, str, str, int | None], UpstreamRuntime]
 
@@ -168,46 +164,6 @@ class CosyVoiceBackend:
 def _joined(pieces: Iterator[np.ndarray]) -> np.ndarray:
     parts = list(pieces)
     return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
-
-
-def model_dir_of(settings: Settings) -> str:
-    return settings.cosyvoice_dir or settings.model_dir
-
-
-def preflight(settings: Settings) -> str | None:
-    """One sentence saying what is missing to start CosyVoice (None when nothing is), without importing upstream."""
-    model_dir = model_dir_of(settings)
-    if not model_dir:
-        return (
-            "CosyVoice needs a model directory: start with --cosyvoice-dir DIR (CosyVoice2/3 weights, or a random "
-            "model from `python -m voicelab.backends.cosyvoice.random_model --version 2 --size tiny DIR`)."
-        )
-    path = Path(model_dir)
-    if not any((path / f"cosyvoice{v}.yaml").is_file() for v in (2, 3)):
-        return f"{model_dir} is not a CosyVoice2/3 model directory: it has no cosyvoice2.yaml or cosyvoice3.yaml."
-    missing = [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
-    if missing:
-        return (
-            f"CosyVoice's optional packages are missing ({', '.join(missing)}): install them with "
-            "`.venv/bin/pip install -r requirements-cosyvoice.txt` (see README, CosyVoice)."
-        )
-    return code_problem(settings.cosyvoice_code)
-
-
-def code_problem(code_dir: str) -> str | None:
-    """Upstream's inference code must come with its LLM: a checkout, or an installed package that has it."""
-    if code_dir:
-        ok = (Path(code_dir) / "cosyvoice" / "cli" / "model.py").is_file()
-        return None if ok else f"{code_dir} is not a CosyVoice checkout: it has no cosyvoice/cli/model.py."
-    spec = importlib.util.find_spec("cosyvoice")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    model_py = Path(folders[0]) / "cli" / "model.py" if folders else None
-    if model_py is None or not model_py.is_file() or "# self.llm = llm" in model_py.read_text():
-        return (
-            "CosyVoice needs upstream's inference code with its LLM: pass --cosyvoice-code DIR, a checkout of "
-            "github.com/FunAudioLLM/CosyVoice (the cosyvoice-minicpmo package only provides matcha and the vocoder)."
-        )
-    return None
 
 
 def create(settings: Settings) -> CosyVoiceBackend:
