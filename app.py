@@ -16,6 +16,7 @@ from collections.abc import Sequence
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from voicelab.backends.mandarin import LICENSE_NOTICE as MANDARIN_LICENSE
+from voicelab.backends.registry import preflight
 from voicelab.engine.client import EngineClient
 from voicelab.errors import BackendLoadError
 from voicelab.settings import Settings, add_arguments, from_arguments
@@ -75,7 +76,14 @@ def serve(settings: Settings, quiet: bool = False) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     level = os.environ.get("VOICELAB_LOG_LEVEL", "INFO")
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    serve(parse_settings(argv))
+    settings = parse_settings(argv)
+    # An optional backend that cannot start (packages or model directory missing) is refused here, with the
+    # one sentence saying what to do; the page-stays-up path below is for load errors found by the worker.
+    problem = preflight(settings)
+    if problem:
+        print(problem, file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    serve(settings)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ BENCHMARKS: dict[str, str] = {
     "rtf": "voicelab.bench.rtf",
     "soak": "voicelab.bench.soak",
     "load": "voicelab.bench.load_api",  # browser sessions, or API clients with --api
+    "cosyvoice": "voicelab.bench.cosyvoice",
+    "mandarin_rtf": "voicelab.bench.mandarin_rtf",  # the Mandarin voice: PyTorch vs the TFLite reference
 }
 EVALUATIONS: dict[str, str] = {
     "clone": "voicelab.eval.clone",
@@ -39,6 +41,8 @@ def _synth_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         "--backend", default="builtin", help="builtin (English + Chinese), piper, mandarin or module:factory"
     )
     p.add_argument("--voice", default="", help="path to a Piper voice .onnx (default: built-in en_US-joe-medium)")
+    p.add_argument("--cosyvoice-dir", default="", help="cosyvoice: the model directory")
+    p.add_argument("--cosyvoice-code", default="", help="cosyvoice: an upstream checkout (needed for CosyVoice3)")
     p.add_argument("--language", default="auto", help="auto (by script), en or zh")
     p.add_argument("--speed", type=float, default=1.0, help="speaking-rate multiplier (0.25-4)")
     p.add_argument(
@@ -65,14 +69,26 @@ def _run_synth(args: argparse.Namespace) -> int:
     """Through the same generation service as the UI, with the engine in this process (no worker)."""
     import soundfile as sf
 
+    from voicelab.backends.registry import preflight
     from voicelab.engine.validation import clean_text
     from voicelab.settings import from_environment
     from voicelab.studio import GenerationRequest, GenerationService
     from voicelab.voice.intake import load_prompt
 
+    base = from_environment()
     settings = replace(
-        from_environment(), device=args.device, dtype=args.dtype, backend=args.backend, voice_path=args.voice
+        base,
+        device=args.device,
+        dtype=args.dtype,
+        backend=args.backend,
+        voice_path=args.voice,
+        cosyvoice_dir=args.cosyvoice_dir or base.cosyvoice_dir,
+        cosyvoice_code=args.cosyvoice_code or base.cosyvoice_code,
     )
+    problem = preflight(settings)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     request = GenerationRequest(
         text=args.text,
         kind="cli",

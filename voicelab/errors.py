@@ -56,6 +56,10 @@ class BackendLoadError(VoiceLabError):
     default_message = "The voice model could not be loaded."
 
 
+class BackendRuntimeError(VoiceLabError):
+    default_message = "The voice model failed while generating speech."
+
+
 class EngineStoppedError(VoiceLabError):
     default_message = "The engine is shutting down."
 
@@ -76,6 +80,7 @@ ERROR_TYPES: dict[str, type[VoiceLabError]] = {
         WorkerCrashedError,
         DeviceOutOfMemoryError,
         BackendLoadError,
+        BackendRuntimeError,
         EngineStoppedError,
         StorageError,
     )

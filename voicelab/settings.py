@@ -19,6 +19,8 @@ class Settings:
     backend: str = "builtin"  # a name in voicelab.backends.registry.BACKENDS, or "module:factory"
     voice_path: str = ""  # piper: a voice .onnx; empty: the built-in en_US-joe-medium voice
     model_dir: str = ""  # backends that load a model directory (e.g. CosyVoice)
+    cosyvoice_dir: str = ""  # cosyvoice: the model directory (CosyVoice2/3 weights or a random_model output)
+    cosyvoice_code: str = ""  # cosyvoice: an upstream FunAudioLLM/CosyVoice checkout (needed for v3); "" = installed
     backend_options: str = ""  # "name=value,name=value": backend-specific settings, read by its factory
     device: str = "auto"  # auto, cpu or cuda[:N]
     dtype: str = "float32"  # float32, bfloat16 or float16

@@ -19,7 +19,26 @@ BACKENDS: dict[str, str] = {
     "builtin": "voicelab.backends.builtin.backend:create",  # English + Mandarin, routed by script (the default)
     "piper": "voicelab.backends.piper.backend:create",  # a Piper voice alone (English by default)
     "mandarin": "voicelab.backends.mandarin.backend:create",  # the Mandarin voice alone
+    "cosyvoice": "voicelab.backends.cosyvoice.backend:create",  # optional install: requirements-cosyvoice.txt
 }
+# Optional: a torch-free "module:function" saying what is missing to start a backend (see ``preflight``).
+PREFLIGHTS: dict[str, str] = {
+    "cosyvoice": "voicelab.backends.cosyvoice.preflight:preflight",
+}
+
+
+def preflight(settings: Settings) -> str | None:
+    """What is missing to start ``settings.backend``, as one sentence (None: nothing known to be missing).
+
+    Front ends call it before spawning the worker; the function it names must answer without loading a model,
+    importing torch or importing optional packages.
+    """
+    target = PREFLIGHTS.get(settings.backend)
+    if target is None:
+        return None
+    module_name, attribute = target.split(":", 1)
+    check = getattr(importlib.import_module(module_name), attribute)
+    return cast(Callable[[Settings], str | None], check)(settings)
 
 
 def create_backend(settings: Settings) -> Backend:

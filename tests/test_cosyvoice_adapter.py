@@ -1,0 +1,197 @@
+"""The CosyVoice adapter's contract, against test doubles of upstream's classes (tests/fixture_cosyvoice_upstream.py).
+
+Runs on CPU in CI with neither torchaudio nor upstream CosyVoice installed: modes are chosen correctly and
+CosyVoice3's prefix is added, upstream's generator is closed (and its thread stopped, its dicts dropped) when a
+caller leaves early, the speaker LRU stays bounded, an error in upstream's llm_job thread surfaces as our typed
+error, the prompt limits speak one sentence each, and streamed chunks arrive in order with the hop length reset.
+The GPU tests (tests/test_cosyvoice_gpu.py) drive the real upstream code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from collections.abc import Generator
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+import pytest
+
+from tests.fixture_cosyvoice_upstream import SAMPLES_PER_TOKEN, FakeModel, decode, fake_runtime
+from voicelab.backends.base import AudioChunk, SpeechRequest
+from voicelab.backends.cosyvoice.backend import CosyVoiceBackend, CosyVoiceConfig
+from voicelab.backends.cosyvoice.modes import Mode, plan_mode
+from voicelab.backends.cosyvoice.preflight import code_problem, preflight
+from voicelab.backends.cosyvoice.upstream import UpstreamRuntime, token_limit
+from voicelab.errors import BackendRuntimeError, InvalidPromptError
+from voicelab.settings import Settings
+from voicelab.voice.prompt import PromptAudio
+
+RATE = 16000
+
+
+def prompt(seconds: float = 3.0, transcript: str = "", rate: int = RATE, seed: int = 0) -> PromptAudio:
+    samples = np.random.default_rng(seed).normal(0, 0.1, int(seconds * rate)).astype(np.float32)
+    return PromptAudio(samples, rate, hashlib.sha256(samples.tobytes()).hexdigest(), transcript)
+
+
+def model_dir(tmp_path: Path, version: int = 2, token_cap: int | None = None) -> Path:
+    (tmp_path / f"cosyvoice{version}.yaml").write_text("# test\n")
+    if token_cap:
+        (tmp_path / "voicelab-random.json").write_text(json.dumps({"token_cap": token_cap}))
+    return tmp_path
+
+
+def backend(tmp_path: Path, version: int = 2, cache: int = 8, token_cap: int | None = None) -> CosyVoiceBackend:
+    runtime = fake_runtime(version)
+
+    def loader(directory: Path, code: str, device: str, dtype: str, cap: int | None) -> UpstreamRuntime:
+        return fake_runtime(version, cap) if cap else runtime
+
+    result = CosyVoiceBackend(CosyVoiceConfig(model_dir(tmp_path, version, token_cap), "", cache), loader)
+    result.load("cpu", "float32")
+    return result
+
+
+def model_of(b: CosyVoiceBackend) -> FakeModel:
+    assert b.runtime is not None
+    return b.runtime.model  # type: ignore[no-any-return]
+
+
+def test_modes_are_chosen_from_transcript_and_instruction() -> None:
+    assert plan_mode(2, "hello there", "").mode is Mode.ZERO_SHOT
+    assert plan_mode(2, "", "").mode is Mode.CROSS_LINGUAL
+    assert plan_mode(2, "hello there", "speak slowly").mode is Mode.INSTRUCT
+    assert plan_mode(2, "", "用四川话说这句话").prompt_text == "用四川话说这句话<|endofprompt|>"
+
+
+def test_cosyvoice3_gets_its_system_prefix_in_every_mode() -> None:
+    prefix = "You are a helpful assistant.<|endofprompt|>"
+    assert plan_mode(3, "hello there", "").prompt_text == prefix + "hello there"
+    assert plan_mode(3, "", "").text_prefix == prefix
+    assert (
+        plan_mode(3, "", "请用广东话表达。").prompt_text
+        == "You are a helpful assistant. 请用广东话表达。<|endofprompt|>"
+    )
+    typed = "You are a helpful assistant.<|endofprompt|>hi"
+    assert plan_mode(3, typed, "").prompt_text == typed  # never twice
+
+
+def test_upstream_inputs_follow_the_mode(tmp_path: Path) -> None:
+    b = backend(tmp_path, version=3)
+    for transcript, instruction in (("the prompt says this", ""), ("", ""), ("", "speak slowly")):
+        list(b.synthesize(SpeechRequest("Hello world.", "en", prompt=prompt(transcript=transcript),
+                                        instruction=instruction, options={"stream": 0})))  # fmt: skip
+    zero, cross, instruct = model_of(b).calls
+    assert decode(zero["prompt_text"]).endswith("<|endofprompt|>the prompt says this")
+    assert "llm_prompt_speech_token" in zero and "llm_prompt_speech_token" not in instruct
+    assert "prompt_text" not in cross and decode(cross["text"]).startswith("You are a helpful assistant.")
+    assert decode(instruct["prompt_text"]) == "You are a helpful assistant. speak slowly<|endofprompt|>"
+    assert decode(instruct["text"]) == "Hello world"
+
+
+def test_chunks_stream_in_order_with_silence_only_between_sentences_and_the_hop_reset(tmp_path: Path) -> None:
+    b = backend(tmp_path)
+    text = "A sentence long enough for several streamed chunks of audio, really it is. Then a second one."
+    chunks = list(b.synthesize(SpeechRequest(text, "en", prompt=prompt(), sentence_silence_s=0.1)))
+    first = [c for c in chunks if c.text == "A sentence long enough for several streamed chunks of audio, really it is"]
+    assert len(first) >= 3
+    numbers = [round(float(c.audio[0]) * 100) for c in first]
+    assert numbers == sorted(numbers) and numbers[0] == 0.0
+    assert np.abs(chunks[len(first)].audio[: int(0.1 * 24000)]).max() == 0.0 and len(chunks) > len(first)
+    assert all(c.sample_rate == 24000 for c in chunks)
+    assert [call["hop"] for call in model_of(b).calls] == [25, 25]  # upstream would start the second at 100
+
+
+def test_speed_uses_upstream_whole_mode(tmp_path: Path) -> None:
+    b = backend(tmp_path)
+    (chunk,) = b.synthesize(SpeechRequest("Twelve chars", "en", prompt=prompt(), speed=2.0))
+    assert model_of(b).calls[0]["stream"] is False
+    assert len(chunk.audio) == 2 * len("Twelve chars") * SAMPLES_PER_TOKEN // 2
+
+
+def test_leaving_early_closes_upstream_stops_its_thread_and_drops_its_dicts(tmp_path: Path) -> None:
+    b = backend(tmp_path)
+    model = model_of(b)
+    model.llm.token_delay_s = 0.002
+    chunks = cast(
+        Generator[AudioChunk, None, None], b.synthesize(SpeechRequest("x" * 200 + ".", "en", prompt=prompt()))
+    )
+    next(chunks)
+    chunks.close()
+    assert model.closed_early == 1
+    assert model.llm.emitted < 400, "the llm thread ran to the end after the caller left"
+    assert model.tts_speech_token_dict == {} and model.llm_end_dict == {} and model.hift_cache_dict == {}
+
+
+def test_speaker_entries_stay_in_a_bounded_lru(tmp_path: Path) -> None:
+    b = backend(tmp_path, cache=2)
+    for seed in (0, 1, 2, 0, 2):
+        list(b.synthesize(SpeechRequest("Hi.", "en", prompt=prompt(seed=seed), options={"stream": 0})))
+    assert b.runtime is not None and b.runtime.featurizer.calls == 4  # 0, 1, 2, then 0 again (evicted by 2)
+    assert len(b.speakers) == 2 and b.speakers.hits == 1
+    b.unload()
+    assert len(b.speakers) == 0
+
+
+@pytest.mark.parametrize("stream", [0, 1])
+def test_an_error_in_upstreams_llm_thread_is_raised_as_our_typed_error(tmp_path: Path, stream: int) -> None:
+    b = backend(tmp_path)
+    model_of(b).llm.fail_after = 30
+    with pytest.raises(BackendRuntimeError, match="speech-token generator failed: RuntimeError: mat1 and mat2"):
+        list(b.synthesize(SpeechRequest("x" * 60 + ".", "en", prompt=prompt(), options={"stream": stream})))
+    model_of(b).llm.fail_after = None
+    assert len(list(b.synthesize(SpeechRequest("Fine again.", "en", prompt=prompt())))) >= 1
+
+
+def test_prompt_limits_are_one_sentence_each(tmp_path: Path) -> None:
+    b = backend(tmp_path)
+    with pytest.raises(InvalidPromptError) as low:
+        list(b.synthesize(SpeechRequest("Hi.", "en", prompt=prompt(rate=8000))))
+    assert str(low.value) == "CosyVoice needs a voice prompt sampled at 16 kHz or more; this one is 8000 Hz."
+    with pytest.raises(InvalidPromptError) as long:
+        list(b.synthesize(SpeechRequest("Hi.", "en", prompt=prompt(seconds=31))))
+    assert str(long.value) == "CosyVoice accepts voice prompts up to 30 s; this one is 31.0 s, please trim it."
+
+
+def test_a_request_without_a_prompt_uses_the_neutral_built_in_voice_cross_lingually(tmp_path: Path) -> None:
+    b = backend(tmp_path)
+    chunks = list(b.synthesize(SpeechRequest("Warming up.", "en", options={"stream": 0})))
+    assert len(chunks) == 1 and len(chunks[0].audio) > 0
+    assert "prompt_text" not in model_of(b).calls[0] and len(b.speakers) == 1
+
+
+def test_random_weights_emit_a_length_capped_by_the_text_with_stop_ids_masked(tmp_path: Path) -> None:
+    assert [token_limit(n, 500) for n in (1, 10, 1000)] == [20, 40, 500]
+    b = backend(tmp_path, token_cap=500)
+    model_of(b).llm.stop_first = True  # unmasked, this would stop at once
+    (chunk,) = b.synthesize(SpeechRequest("x" * 30, "en", prompt=prompt(), options={"stream": 0}))
+    assert len(chunk.audio) == 120 * SAMPLES_PER_TOKEN
+
+
+def test_preflight_says_what_is_missing_in_one_sentence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "--cosyvoice-dir DIR" in (preflight(Settings(backend="cosyvoice")) or "")
+    assert "is not a CosyVoice2/3 model directory" in (preflight(Settings(cosyvoice_dir=str(tmp_path))) or "")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "torchaudio" else real_find_spec(n, *a))
+    message = preflight(Settings(cosyvoice_dir=str(model_dir(tmp_path))))
+    assert message is not None and "requirements-cosyvoice.txt" in message and "torchaudio" in message
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "cosyvoice" else real_find_spec(n, *a))
+    assert "--cosyvoice-code DIR" in (code_problem("") or "")
+    assert "is not a CosyVoice checkout" in (code_problem(str(tmp_path)) or "")
+
+
+def test_the_app_refuses_to_start_without_the_optional_install(capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+    import sys
+
+    check = "import voicelab.backends.cosyvoice.preflight, sys; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True).stdout.strip() == "False"
+    import app
+
+    with pytest.raises(SystemExit) as stopped:
+        app.main(["--backend", "cosyvoice"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip().startswith("CosyVoice needs a model directory")

@@ -1,0 +1,66 @@
+"""The CosyVoice backend inside the worker engine and the service, on CPU, over test doubles of upstream.
+
+The same path the GPU tests take with the real upstream code (tests/test_cosyvoice_gpu.py), here with
+``tests.fixture_cosyvoice_upstream:create`` plugged in by path: the worker loads and warms the backend up (with
+no prompt: the built-in neutral voice), clones natively (scored, not matched), streams chunks in order, and
+survives Clean cache and Soft restart. No torchaudio and no upstream install are needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fixture_cosyvoice_upstream import SAMPLES_PER_TOKEN
+from voicelab.engine.client import EngineClient
+from voicelab.engine.messages import ChunkReady
+from voicelab.history import History
+from voicelab.settings import Settings
+from voicelab.studio import GenerationRequest, GenerationService, PromptClip, Take
+
+PROMPT = Path(__file__).parent / "data" / "arctic_slt_en_female.wav"
+
+
+@pytest.fixture(scope="module")
+def engine_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EngineClient, GenerationService]]:
+    model_dir = tmp_path_factory.mktemp("cosyvoice2")
+    (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
+    settings = Settings(
+        backend="tests.fixture_cosyvoice_upstream:create", cosyvoice_dir=str(model_dir), device="cpu", job_timeout_s=60
+    )
+    with EngineClient(settings) as engine:
+        engine.wait_ready(timeout=120)
+        yield engine, GenerationService(engine, History(tmp_path_factory.mktemp("history")), settings)
+
+
+def test_a_clone_is_native_scored_and_as_long_as_the_tokens(
+    engine_service: tuple[EngineClient, GenerationService],
+) -> None:
+    _, service = engine_service
+    request = GenerationRequest(
+        "Say this", kind="clone", prompt=PromptClip(PROMPT, "a transcript"), options={"stream": 0}
+    )
+    result = service.generate(request).first.result
+    assert result.backend == "cosyvoice" and result.sample_rate == 24000
+    assert len(result.audio) == 2 * len("Say this") * SAMPLES_PER_TOKEN
+    assert result.similarity is not None and result.similarity_base is None
+
+
+def test_streamed_chunks_arrive_in_order(engine_service: tuple[EngineClient, GenerationService]) -> None:
+    _, service = engine_service
+    request = GenerationRequest("y" * 120 + ".", kind="clone", prompt=PromptClip(PROMPT), instruction="speak slowly")
+    events = list(service.stream(service.prepare(request)))
+    chunks = [e for e in events if isinstance(e, ChunkReady)]
+    assert isinstance(events[-1], Take) and len(chunks) >= 3
+    assert [round(float(c.chunk.audio[0]) * 100) for c in chunks] == list(range(len(chunks)))
+
+
+def test_clean_cache_and_soft_restart_keep_it_working(engine_service: tuple[EngineClient, GenerationService]) -> None:
+    engine, service = engine_service
+    engine.clean_cache(clear_profiles=True)
+    report = engine.soft_restart()
+    assert report.new_pid != report.old_pid
+    result = service.generate(GenerationRequest("Again", kind="clone", prompt=PromptClip(PROMPT))).first.result
+    assert len(result.audio) > 0

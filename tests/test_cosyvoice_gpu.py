@@ -1,0 +1,127 @@
+"""CosyVoice through the real upstream code, the worker engine and the panel's controls, on an NVIDIA GPU.
+
+The model is a random-weight directory of the real architecture: ``VOICELAB_COSYVOICE_RANDOM_DIR`` (and
+``VOICELAB_COSYVOICE3_RANDOM_DIR``) when set (the GPU proof uses full-size ones made by
+``python -m voicelab.backends.cosyvoice.random_model``), otherwise a tiny one written here. CosyVoice3 also needs
+``VOICELAB_COSYVOICE_CODE`` (an upstream checkout). With ``VOICELAB_COSYVOICE_DIR`` pointing at real weights, the
+last test checks a real clone. Skipped without CUDA or without the optional install (requirements-cosyvoice.txt).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from voicelab.engine.client import EngineClient
+from voicelab.engine.messages import ChunkReady
+from voicelab.history import History
+from voicelab.settings import Settings
+from voicelab.studio import GenerationRequest, GenerationService, PromptClip, Take
+
+pytestmark = pytest.mark.gpu
+DATA = Path(__file__).parent / "data"
+PROMPT = DATA / "arctic_slt_en_female.wav"
+TRANSCRIPT = (DATA / "arctic_slt_en_female.txt").read_text().strip()
+TEXT = "The old lighthouse keeper climbed the spiral stairs every evening at dusk."
+SECONDS_PER_TOKEN = 1 / 25
+
+
+def _skip_without_gpu_or_install() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU with CUDA")
+    for module in ("torchaudio", "hyperpyyaml", "whisper", "matcha"):
+        pytest.importorskip(module, reason=f"the optional CosyVoice install is missing ({module})")
+
+
+def _random_dir(version: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    given = os.environ.get("VOICELAB_COSYVOICE_RANDOM_DIR" if version == 2 else "VOICELAB_COSYVOICE3_RANDOM_DIR")
+    if given:
+        return Path(given)
+    from voicelab.backends.cosyvoice.random_model import write_model
+
+    return write_model(tmp_path_factory.mktemp(f"cosyvoice{version}"), version, tiny=True, device="cuda")
+
+
+def _service(model_dir: Path, tmp: Path, dtype: str = "float32") -> Iterator[tuple[EngineClient, GenerationService]]:
+    settings = Settings(
+        backend="cosyvoice",
+        cosyvoice_dir=str(model_dir),
+        cosyvoice_code=os.environ.get("VOICELAB_COSYVOICE_CODE", ""),
+        device="cuda",
+        dtype=dtype,
+        job_timeout_s=600.0,
+    )
+    with EngineClient(settings) as engine:
+        engine.wait_ready(timeout=600)
+        yield engine, GenerationService(engine, History(tmp), settings)
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["cosyvoice2", "cosyvoice3"])
+def engine_service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[EngineClient, GenerationService]]:
+    _skip_without_gpu_or_install()
+    if request.param == 3 and not os.environ.get("VOICELAB_COSYVOICE_CODE"):
+        pytest.skip("CosyVoice3 needs VOICELAB_COSYVOICE_CODE (an upstream FunAudioLLM/CosyVoice checkout)")
+    model_dir = _random_dir(request.param, tmp_path_factory)
+    yield from _service(model_dir, tmp_path_factory.mktemp("history"))
+
+
+def _plausible(seconds: float, text: str) -> None:
+    assert 20 * SECONDS_PER_TOKEN * 0.9 <= seconds <= 500 * SECONDS_PER_TOKEN * len(text.split(".")) + 1
+
+
+@pytest.mark.parametrize(
+    ("transcript", "instruction"),
+    [(TRANSCRIPT, ""), ("", ""), ("", "speak slowly in a warm low voice")],
+    ids=["zero-shot", "cross-lingual", "instruct"],
+)
+def test_each_mode_produces_audio_of_plausible_length(
+    engine_service: tuple[EngineClient, GenerationService], transcript: str, instruction: str
+) -> None:
+    _, service = engine_service
+    request = GenerationRequest(
+        TEXT, kind="clone", prompt=PromptClip(PROMPT, transcript), instruction=instruction, options={"stream": 0}
+    )
+    result = service.generate(request).first.result
+    _plausible(result.duration_s, TEXT)
+    assert result.sample_rate == 24000 and result.similarity is not None and result.similarity_base is None
+
+
+def test_streaming_yields_chunks_before_the_end(engine_service: tuple[EngineClient, GenerationService]) -> None:
+    _, service = engine_service
+    long_text = TEXT + " " + TEXT.replace("old", "young")
+    events = list(
+        service.stream(service.prepare(GenerationRequest(long_text, kind="clone", prompt=PromptClip(PROMPT))))
+    )
+    chunks = [e for e in events if isinstance(e, ChunkReady)]
+    take = events[-1]
+    assert isinstance(take, Take) and len(chunks) >= 2
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    assert take.result.first_audio_s < take.result.latency_s
+    _plausible(take.result.duration_s, long_text)
+
+
+def test_clean_cache_and_soft_restart_work_on_it(engine_service: tuple[EngineClient, GenerationService]) -> None:
+    engine, service = engine_service
+    report = engine.clean_cache(clear_profiles=True)
+    assert report.after.reserved <= report.before.reserved
+    restart = engine.soft_restart()
+    assert restart.new_pid != restart.old_pid
+    result = service.generate(GenerationRequest("Still here after a restart.", kind="clone", prompt=PromptClip(PROMPT)))
+    assert result.first.result.duration_s > 0.5
+
+
+def test_real_weights_clone_when_a_model_directory_is_given(tmp_path: Path) -> None:
+    real = os.environ.get("VOICELAB_COSYVOICE_DIR")
+    if not real:
+        pytest.skip("set VOICELAB_COSYVOICE_DIR to a CosyVoice2/3 model directory with real weights")
+    _skip_without_gpu_or_install()
+    for _, service in _service(Path(real), tmp_path):
+        request = GenerationRequest(TEXT, kind="clone", prompt=PromptClip(PROMPT, TRANSCRIPT), options={"stream": 0})
+        result = service.generate(request).first.result
+        assert 2.0 < result.duration_s < 15.0 and result.similarity is not None and result.similarity > 0.5

@@ -1,0 +1,175 @@
+"""``CosyVoiceBackend``: VoiceLab's backend contract over upstream CosyVoice2/3 (see ``upstream.py``).
+
+Native cloning and instructions: the engine hands it the prompt (16 kHz mono, with transcript) and the
+instruction untouched and only scores similarity. Each normalised sentence is one upstream call; with the
+``stream`` option on (speed 1), upstream's token-chunked generator yields several chunks per sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, OptionSpec, SpeechRequest, run_plainly
+from voicelab.backends.cosyvoice.default_voice import default_prompt
+from voicelab.backends.cosyvoice.features import PROMPT_RATE, SpeakerEntry
+from voicelab.backends.cosyvoice.modes import BoundedLRU, ModePlan, plan_mode, segment_text
+from voicelab.backends.cosyvoice.preflight import model_dir_of, preflight
+from voicelab.backends.cosyvoice.upstream import UpstreamRuntime, load_runtime, model_version
+from voicelab.errors import BackendLoadError, InvalidPromptError, InvalidTextError
+from voicelab.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 24000  # CosyVoice2 and CosyVoice3 both decode at 24 kHz
+MAX_PROMPT_S = 30.0  # upstream's speech tokenizer refuses longer audio
+RANDOM_MARKER = "voicelab-random.json"  # written by random_model.py: {"token_cap": N}
+LANGUAGES = {2: ("en", "zh", "ja", "ko"), 3: ("en", "zh", "ja", "ko", "de", "es", "fr", "it", "ru")}
+STREAM = OptionSpec("stream", "Stream upstream's chunks", 0.0, 1.0, 1.0, "1: audio every ~1 s of tokens; 0: a sentence")
+Loader = Callable[[Path, str, str, str, int | None], UpstreamRuntime]
+
+
+@dataclass(frozen=True)
+class CosyVoiceConfig:
+    """model_dir: a CosyVoice2/3 model directory. code_dir: an upstream checkout ("" = the installed package).
+    speaker_cache: how many prompts' features stay on the device (least recently used goes first).
+    """
+
+    model_dir: Path
+    code_dir: str = ""
+    speaker_cache: int = 8
+
+    @property
+    def token_cap(self) -> int | None:
+        """Set for random-weight directories only: how many speech tokens the LLM may emit at most."""
+        marker = self.model_dir / RANDOM_MARKER
+        return int(json.loads(marker.read_text())["token_cap"]) if marker.is_file() else None
+
+
+def check_prompt_limits(duration_s: float, sample_rate: int) -> None:
+    """Upstream's two hard limits on a prompt, each as one sentence."""
+    if sample_rate < PROMPT_RATE:
+        raise InvalidPromptError(
+            f"CosyVoice needs a voice prompt sampled at 16 kHz or more; this one is {sample_rate} Hz."
+        )
+    if duration_s > MAX_PROMPT_S:
+        raise InvalidPromptError(
+            f"CosyVoice accepts voice prompts up to 30 s; this one is {duration_s:.1f} s, please trim it."
+        )
+
+
+class CosyVoiceBackend:
+    name = "cosyvoice"
+
+    def __init__(self, config: CosyVoiceConfig, loader: Loader = load_runtime) -> None:
+        self.config = config
+        self.version = model_version(config.model_dir)
+        self.loader = loader
+        self.runtime: UpstreamRuntime | None = None
+        self.speakers: BoundedLRU[SpeakerEntry] = BoundedLRU(config.speaker_cache)
+        self.default_prompt = default_prompt()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            languages=LANGUAGES[self.version],
+            sample_rate=SAMPLE_RATE,
+            native_cloning=True,
+            native_instructions=True,
+            streaming=True,
+            dtypes=("float32", "bfloat16", "float16"),
+            options=(STREAM,),
+        )
+
+    def load(self, device: str, dtype: str) -> None:
+        self.runtime = self.loader(self.config.model_dir, self.config.code_dir, device, dtype, self.config.token_cap)
+
+    def unload(self) -> None:
+        self.speakers.clear()
+        if self.runtime is not None:
+            self.runtime.close()
+        self.runtime = None
+
+    def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
+        runtime = self._loaded()
+        prompt = request.prompt or self.default_prompt  # no prompt: the neutral built-in voice (default_voice.py)
+        check_prompt_limits(prompt.duration_s, prompt.sample_rate)
+        plan = plan_mode(self.version, runtime.normalize_prompt(prompt.transcript), request.instruction)
+        segments = runtime.normalize(request.text)
+        if not segments:
+            raise InvalidTextError("Please type some text to speak.")
+        entry = self._speaker(runtime, prompt.sha256, prompt.samples, prompt.sample_rate)
+        stream = request.options.get("stream", STREAM.default) >= 0.5 and request.speed == 1.0
+        log.info("cosyvoice %s: %d segment(s), stream=%s", plan.mode.value, len(segments), stream)
+        torch.manual_seed(request.seed)
+        for index, segment in enumerate(segments):
+            gap = np.zeros(round(request.sentence_silence_s * SAMPLE_RATE) if index else 0, np.float32)
+            pieces = self._segment(runtime, plan, segment, entry, stream, request.speed, guard)
+            try:
+                for piece_index, audio in enumerate(pieces):
+                    head = gap if piece_index == 0 else gap[:0]
+                    yield AudioChunk(np.concatenate([head, audio]).astype(np.float32), SAMPLE_RATE, segment)
+            finally:
+                pieces.close()  # a caller that leaves early must close upstream now, not whenever GC runs
+
+    def _segment(
+        self,
+        runtime: UpstreamRuntime,
+        plan: ModePlan,
+        segment: str,
+        entry: SpeakerEntry,
+        stream: bool,
+        speed: float,
+        guard: MemoryGuard,
+    ) -> Generator[np.ndarray, None, None]:
+        model_input = runtime.inputs(plan, segment_text(plan, segment), entry)
+        if stream:
+            yield from runtime.run(model_input, stream=True, speed=1.0)
+            return
+
+        def whole() -> np.ndarray:
+            return _joined(runtime.run(model_input, stream=False, speed=speed))
+
+        def halves() -> np.ndarray:
+            words = segment.split()
+            if len(words) < 2:
+                return whole()
+            parts = (" ".join(words[: len(words) // 2]), " ".join(words[len(words) // 2 :]))
+            return np.concatenate([_joined(runtime.run(runtime.inputs(plan, segment_text(plan, p), entry),
+                                                       stream=False, speed=speed)) for p in parts])  # fmt: skip
+
+        yield guard(whole, halves)
+
+    def _speaker(self, runtime: UpstreamRuntime, key: str, samples: np.ndarray, sample_rate: int) -> SpeakerEntry:
+        entry = self.speakers.get(key)
+        if entry is None:
+            if sample_rate != PROMPT_RATE:
+                raise InvalidPromptError("The voice prompt must be resampled to 16 kHz by intake before CosyVoice.")
+            entry = runtime.speaker(samples)
+            self.speakers.put(key, entry)
+        return entry
+
+    def _loaded(self) -> UpstreamRuntime:
+        if self.runtime is None:
+            raise BackendLoadError("The CosyVoice model is not loaded.")
+        return self.runtime
+
+
+def _joined(pieces: Iterator[np.ndarray]) -> np.ndarray:
+    parts = list(pieces)
+    return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
+
+
+def create(settings: Settings) -> CosyVoiceBackend:
+    """The registry's factory: ``--cosyvoice-dir`` (or ``--model-dir``) and ``--cosyvoice-code``."""
+    problem = preflight(settings)
+    if problem:
+        raise BackendLoadError(problem)
+    config = CosyVoiceConfig(Path(model_dir_of(settings)), settings.cosyvoice_code, settings.profile_cache_size)
+    return CosyVoiceBackend(config)
