@@ -21,11 +21,13 @@ from voicelab.engine.messages import SynthesisRequest
 from voicelab.history import History
 from voicelab.instruct.presets import get_preset
 from voicelab.settings import Settings
+from voicelab.studio import GenerationService
 from voicelab.telemetry.sampler import TelemetrySampler
 from voicelab.telemetry.samples import EngineState
 from voicelab.ui.handlers import Studio, apply_preset, preview_style, seed_for
 from voicelab.ui.history_tab import HistoryBrowser
 from voicelab.ui.panel import ResourcePanel
+from voicelab.voices import VoiceStore
 
 TONE = "tests.fixture_backends:ToneBackend"
 DEFAULTS = (1.0, 0.667, 0.8, 0.2, -1)  # speed, noise scale, noise w, silence, seed as the sliders start
@@ -199,7 +201,7 @@ def test_style_preview_shows_what_was_and_was_not_understood() -> None:
 
 def test_design_makes_takes_side_by_side_with_the_resolved_style(studio: Studio) -> None:
     dropdowns = ("unspecified", "female", "unspecified", "unspecified", "unspecified", "slow", "unspecified")
-    *players, meta, parsed = studio.design("Design this voice.", 3, "fast and happy", *dropdowns)
+    *players, meta, parsed = studio.design("Design this voice.", 3, "", "fast and happy", *dropdowns)
     visible = [p for p in players if p["visible"]]
     assert len(visible) == 3 and not players[3]["visible"]
     files = {Path(p["value"]) for p in visible}
@@ -215,7 +217,7 @@ def test_design_makes_takes_side_by_side_with_the_resolved_style(studio: Studio)
 
 def test_design_refuses_an_unknown_dropdown_value(studio: Studio) -> None:
     with pytest.raises(gr.Error) as caught:
-        studio.design("Text.", 1, "", "unspecified", "robot", *UNSET[2:])
+        studio.design("Text.", 1, "", "", "unspecified", "robot", *UNSET[2:])
     assert caught.value.message.startswith("Unknown gender choice 'robot'")
 
 
@@ -235,3 +237,16 @@ def test_panel_with_telemetry_shows_host_gauges_and_draws_the_timeline_once_per_
     telemetry.sample_once()
     assert panel.timeline() is not first
     telemetry.close()
+
+
+def test_design_on_a_saved_voice_clones_it_with_the_style(client: EngineClient, tmp_path: Path) -> None:
+    store = VoiceStore(tmp_path / "voices")
+    clip = Path(__file__).parent / "data" / "arctic_slt_en_female.wav"
+    voice = store.save("Slt", clip.read_bytes(), "He turned sharply.", ".wav")
+    studio = Studio(GenerationService(client, History(tmp_path / "history"), client.settings), None, False, store)
+    *players, _meta, parsed = studio.design("In her voice, happily.", 1, voice.voice_id, "happily", *UNSET)
+    assert players[0]["visible"] and "emotion happy" in parsed
+    [entry] = studio.service.history.entries()  # type: ignore[union-attr]
+    assert entry.kind == "design" and entry.prompt_sha256 is not None and entry.instruction == "happily"
+    with pytest.raises(gr.Error, match="voice"):
+        studio.design("Text.", 1, "no-such-voice", "", *UNSET)

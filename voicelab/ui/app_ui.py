@@ -65,9 +65,10 @@ def build_ui(
         service = GenerationService(client, History(paths.history), settings, telemetry)
     history = service.history or History(paths.history)
     history.sweep()
-    library = VoiceLibrary(voices or VoiceStore(paths.outputs / VOICES_DIRNAME), paths.gradio_temp)
+    store = voices or VoiceStore(paths.outputs / VOICES_DIRNAME)
+    library = VoiceLibrary(store, paths.gradio_temp)
     handlers = Handlers(
-        Studio(service, paths.gradio_temp, can_stream()),
+        Studio(service, paths.gradio_temp, can_stream(), store),
         HistoryBrowser(history),
         ResourcePanel(client, telemetry),
     )
@@ -89,7 +90,7 @@ def build_ui(
             with gr.Column(scale=2, min_width=320):
                 panel = panel_layout()
         _wire(demo, Views(speak, clone, design, history_tab, history_view, panel), handlers, settings)
-        wire_voices(demo, picker, clone, library)
+        wire_voices(demo, picker, clone, design, library)
     return demo
 
 
@@ -171,9 +172,13 @@ def _wire_panel(demo: gr.Blocks, panel: PanelView, handler: ResourcePanel) -> No
     )
 
 
-def wire_voices(demo: gr.Blocks, picker: VoicePickerView, clone: CloneView, library: VoiceLibrary) -> None:
-    """My voices: listed on load, a pick fills the Clone prompt, save and delete refresh the list."""
+def wire_voices(
+    demo: gr.Blocks, picker: VoicePickerView, clone: CloneView, design: DesignView, library: VoiceLibrary
+) -> None:
+    """My voices: listed on load (Clone and Design), a pick fills the Clone prompt, save and delete refresh both."""
     demo.load(library.choices, outputs=picker.picker, **QUIET)
+    demo.load(library.design_choices, outputs=design.voice, **QUIET)
+    picker.picker.change(library.design_choices, outputs=design.voice, **QUIET)
     picker.picker.input(library.pick, inputs=picker.picker, outputs=[clone.prompt, clone.transcript], **QUIET)
     picker.save.click(
         library.save,

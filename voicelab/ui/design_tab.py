@@ -11,6 +11,8 @@ from voicelab.instruct.presets import PRESET_NAMES
 from voicelab.studio import MAX_TAKES
 from voicelab.ui.handlers import CONTROL_NAMES
 
+BUILTIN_VOICE = ("Built-in voice", "")
+
 CONTROL_CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
     "age": ("Age", controls.AGE_CHOICES),
     "gender": ("Gender", controls.GENDER_CHOICES),
@@ -33,6 +35,7 @@ class DesignView:
     parsed: gr.Markdown
     takes_audio: tuple[gr.Audio, ...]
     meta: gr.Markdown
+    voice: gr.Dropdown
 
     @property
     def style_inputs(self) -> list[gr.components.Component]:
@@ -40,7 +43,7 @@ class DesignView:
 
     @property
     def inputs(self) -> list[gr.components.Component]:
-        return [self.text, self.takes, *self.style_inputs]
+        return [self.text, self.takes, self.voice, *self.style_inputs]
 
 
 def design_layout() -> DesignView:
@@ -71,6 +74,13 @@ def design_layout() -> DesignView:
     parsed = gr.Markdown(elem_id="design-parsed")
     text = gr.Textbox(label="Text", lines=3, placeholder="Type what the voice should say…", elem_id="design-text")
     with gr.Row():
+        voice = gr.Dropdown(
+            choices=[BUILTIN_VOICE],
+            value="",
+            label="Voice",
+            info="the built-in voices, or one of My voices",
+            elem_id="design-voice",
+        )
         takes = gr.Slider(1, MAX_TAKES, value=2, step=1, label="Takes", info="different seeds, side by side")
         generate = gr.Button("Generate", variant="primary", elem_id="design-generate", scale=2)
     with gr.Row():
@@ -86,4 +96,4 @@ def design_layout() -> DesignView:
             for i in range(MAX_TAKES)
         )
     meta = gr.Markdown(elem_id="design-meta", elem_classes="vl-meta")
-    return DesignView(preset, instruction, dropdowns, text, takes, generate, parsed, takes_audio, meta)
+    return DesignView(preset, instruction, dropdowns, text, takes, generate, parsed, takes_audio, meta, voice)

@@ -37,6 +37,7 @@ from voicelab.instruct.style import Style
 from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Take
 from voicelab.subtitles import cues, to_srt
 from voicelab.voice.prompt import PromptAudio
+from voicelab.voices import VoiceStore
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +115,26 @@ class Shown:
 class Studio:
     """The tabs' handlers over one ``GenerationService``; ``cache_dir`` is Gradio's, for unsaved audio."""
 
-    def __init__(self, service: GenerationService, cache_dir: Path | None = None, streaming: bool = True) -> None:
+    def __init__(
+        self,
+        service: GenerationService,
+        cache_dir: Path | None = None,
+        streaming: bool = True,
+        voices: VoiceStore | None = None,
+    ) -> None:
         self.service = service
         self.cache_dir = cache_dir
         self.streaming = streaming
+        self.voices = voices
+
+    def saved_prompt(self, voice_id: str | None) -> PromptClip | None:
+        """A saved voice as the prompt to clone (None: the built-in voices as they are)."""
+        if not voice_id:
+            return None
+        if self.voices is None:
+            raise InvalidPromptError("Saved voices are not available in this studio.")
+        voice = self.voices.get(voice_id)
+        return PromptClip(voice.clip_path, voice.transcript)
 
     def options(self, noise_scale: float | None, noise_w: float | None) -> dict[str, float]:
         """The Advanced sliders, kept only where the loaded backend has such an option."""
@@ -225,12 +242,15 @@ class Studio:
                 yield live, srt, saved, status, clone_figures(shown.take.result, prompt) if prompt else ""
 
     @shows_errors
-    def design(self, text: str, takes: float, instruction: str, *choices: str | None) -> tuple[Any, ...]:
-        """The Design tab's Generate: one resolved style, ``takes`` generations with fresh seeds."""
+    def design(
+        self, text: str, takes: float, voice_id: str | None, instruction: str, *choices: str | None
+    ) -> tuple[Any, ...]:
+        """The Design tab's Generate: one resolved style on the built-in or a saved voice, ``takes`` fresh seeds."""
         count = min(max(int(takes), 1), MAX_TAKES)
         request = GenerationRequest(
             text=text or "",
             kind="design",
+            prompt=self.saved_prompt(voice_id),
             instruction=instruction or "",
             style=controls_to_style(*choices),
             takes=count,

@@ -45,6 +45,11 @@ class VoiceLibrary:
     def __init__(self, store: VoiceStore, cache_dir: Path) -> None:
         self.store, self.cache_dir = store, cache_dir
 
+    def design_choices(self) -> Any:
+        """The Design tab's voice list: the built-in voices first, then every saved voice."""
+        options = [("Built-in voice", ""), *((v.name, v.voice_id) for v in self.store.list())]
+        return gr.update(choices=options, value="")
+
     def choices(self, selected: str | None = None) -> Any:
         options = [(v.name, v.voice_id) for v in self.store.list()]
         known = {voice_id for _, voice_id in options}
