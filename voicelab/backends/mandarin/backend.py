@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, SpeechRequest, run_plainly
+from voicelab.backends.batching import SentenceIds, grouped_chunks
 from voicelab.backends.mandarin.voice import DTYPES, SAMPLE_RATE, MandarinVoice
-from voicelab.backends.piper.backend import BatchPolicy, stream_groups
 from voicelab.settings import Settings
 
 F0_RATIO_RANGE = (0.5, 2.0)  # +-12 semitones, the style's own pitch limit
@@ -44,24 +44,15 @@ class MandarinBackend:
 
     def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
         """One chunk per group of sentences; every chunk but the first starts with the sentence silence."""
-        sentences = self.voice.sentences(request.text)
+        sentences = [SentenceIds(s.text, s.ids) for s in self.voice.sentences(request.text)]
         semitones = request.style.pitch_semitones or 0.0
         f0_ratio = float(np.clip(2 ** (semitones / 12), *F0_RATIO_RANGE))
-        gap = np.zeros(round(request.sentence_silence_s * SAMPLE_RATE), dtype=np.float32)
-        policy = BatchPolicy(self.voice.batch_policy.max_ratio, self.voice.batch_policy.max_padded_ids)
-        for number, group in enumerate(stream_groups([len(s.ids) for s in sentences], policy)):
-            ids: list[Sequence[int]] = [sentences[i].ids for i in group]
 
-            def full(ids: list[Sequence[int]] = ids) -> list[np.ndarray]:
-                return self.voice.synthesize(ids, request.speed, f0_ratio)
+        def run(ids: Sequence[Sequence[int]]) -> list[np.ndarray]:
+            return self.voice.synthesize(ids, request.speed, f0_ratio)
 
-            def pieces(ids: list[Sequence[int]] = ids) -> list[np.ndarray]:
-                return [wave for one in ids for wave in self.voice.synthesize([one], request.speed, f0_ratio)]
-
-            waves = guard(full, pieces)
-            parts = [part for k, wave in enumerate(waves) for part in ((gap, wave) if number or k else (wave,))]
-            text = "".join(sentences[i].text for i in group)
-            yield AudioChunk(np.concatenate(parts).astype(np.float32, copy=False), SAMPLE_RATE, text, "zh")
+        chunk = (SAMPLE_RATE, "zh", request.sentence_silence_s)
+        yield from grouped_chunks(sentences, run, guard, self.voice.batch_policy, chunk, separator="")
 
 
 def create(settings: Settings) -> MandarinBackend:

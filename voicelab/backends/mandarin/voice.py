@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from voicelab.backends.batching import BatchPolicy, bucket_by_length
 from voicelab.backends.mandarin import LICENSE_NOTICE
 from voicelab.backends.mandarin.frontend import MandarinFrontend, MandarinSentence, find_assets
 from voicelab.backends.mandarin.model import FastSpeech2
@@ -34,14 +34,6 @@ DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bf
 # measured from this voice's own output (see tests/test_mandarin_voice.py for the check).
 F0_MEAN_OVER_STD = 6.3  # Hz = 38.8 z + 246 over voiced frames
 ENERGY_MEAN_OVER_STD = 2.0  # frame L2 energy = 0.028 z + 0.056 (arbitrary units)
-
-
-@dataclass(frozen=True)
-class BatchPolicy:
-    """How sentences are grouped: lengths within ``max_ratio`` of the longest, and a padded-size budget."""
-
-    max_ratio: float = 1.5
-    max_padded_ids: int = 1024
 
 
 class MandarinVoice:
@@ -174,19 +166,3 @@ def mirror_pad_frames(mel: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     mirrored = torch.where(offset <= n - 1, (n - 1) - offset, offset - (n - 1))
     index = torch.where(frames < n, frames, mirrored.clamp(min=0))
     return torch.gather(mel, 1, index.unsqueeze(-1).expand_as(mel))
-
-
-def bucket_by_length(lengths: Sequence[int], policy: BatchPolicy) -> list[list[int]]:
-    """Group indices (longest first) so each batch pads little and stays under the padded-size budget."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    for i in order:
-        if batches:
-            batch = batches[-1]
-            longest = lengths[batch[0]]
-            fits = (len(batch) + 1) * longest <= policy.max_padded_ids
-            if fits and longest <= policy.max_ratio * lengths[i]:
-                batch.append(i)
-                continue
-        batches.append([i])
-    return batches

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, OptionSpec, SpeechRequest, run_plainly
+from voicelab.backends.batching import BatchPolicy, SentenceIds, bucket_by_length, grouped_chunks
 from voicelab.backends.piper.config import VoiceConfig, read_voice_config
 from voicelab.backends.piper.frontend import PiperFrontend, Sentence
 from voicelab.backends.piper.model import VitsModel
@@ -22,6 +23,7 @@ from voicelab.errors import BackendLoadError, InvalidSettingError
 from voicelab.settings import Settings
 
 logger = logging.getLogger(__name__)
+__all__ = ["BatchPolicy", "PiperBackend", "VitsControls", "bucket_by_length", "create"]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -33,14 +35,6 @@ class VitsControls:
     length_scale: float | None = None
     noise_scale: float | None = None
     noise_w: float | None = None
-
-
-@dataclass(frozen=True)
-class BatchPolicy:
-    """How sentences are grouped: lengths within ``max_ratio`` of the longest, and a padded-size budget."""
-
-    max_ratio: float = 1.5
-    max_padded_ids: int = 1024
 
 
 def default_voice_paths() -> tuple[Path, Path]:
@@ -140,24 +134,16 @@ class PiperBackend:
 
     def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
         """One chunk per group of sentences, in text order; every chunk but the first starts with the silence."""
-        sentences = self.frontend.sentences(request.text)
+        sentences = [SentenceIds(s.text, s.ids) for s in self.frontend.sentences(request.text)]
         controls = self.controls_for(request)
         generator = torch.Generator(device=self.device).manual_seed(request.seed)
-        gap = np.zeros(round(request.sentence_silence_s * self.sample_rate), dtype=np.float32)
-        for number, group in enumerate(stream_groups([len(s.ids) for s in sentences], self.batch_policy)):
-            ids: list[Sequence[int]] = [sentences[i].ids for i in group]
 
-            def full(ids: list[Sequence[int]] = ids) -> list[np.ndarray]:
-                return self.synthesize_ids(ids, controls, generator)
+        def run(ids: Sequence[Sequence[int]]) -> list[np.ndarray]:
+            return self.synthesize_ids(ids, controls, generator)
 
-            def pieces(ids: list[Sequence[int]] = ids) -> list[np.ndarray]:
-                return [wave for one in ids for wave in self.synthesize_ids([one], controls, generator)]
-
-            waves = guard(full, pieces)
-            parts = [part for k, wave in enumerate(waves) for part in ((gap, wave) if number or k else (wave,))]
-            text = " ".join(sentences[i].text for i in group)
-            audio = np.concatenate(parts).astype(np.float32, copy=False)
-            yield AudioChunk(audio, self.sample_rate, text, self.capabilities.languages[0])
+        language = self.capabilities.languages[0]
+        chunk = (self.sample_rate, language, request.sentence_silence_s)
+        yield from grouped_chunks(sentences, run, guard, self.batch_policy, chunk)
 
     def controls_for(self, request: SpeechRequest) -> VitsControls:
         """The request's speed and options as VITS scales (the voice's own where not given)."""
@@ -231,37 +217,6 @@ def keep_freed_memory_for_reuse(mmap_threshold: int = 512 << 20, trim_threshold:
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
     return bool(mallopt(m_mmap_threshold, mmap_threshold)) and bool(mallopt(m_trim_threshold, trim_threshold))
-
-
-def bucket_by_length(lengths: Sequence[int], policy: BatchPolicy) -> list[list[int]]:
-    """Group indices (longest first) so each batch pads little and stays under the padded-size budget."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    for i in order:
-        if batches:
-            batch = batches[-1]
-            longest = lengths[batch[0]]
-            fits = (len(batch) + 1) * longest <= policy.max_padded_ids
-            if fits and longest <= policy.max_ratio * lengths[i]:
-                batch.append(i)
-                continue
-        batches.append([i])
-    return batches
-
-
-def stream_groups(lengths: Sequence[int], policy: BatchPolicy) -> list[list[int]]:
-    """Consecutive sentence indices in text order: the first sentence alone, then padded batches of neighbours."""
-    groups: list[list[int]] = []
-    for i, n in enumerate(lengths):
-        if len(groups) > 1:
-            group = groups[-1]
-            longest, shortest = max(lengths[j] for j in group), min(lengths[j] for j in group)
-            longest, shortest = max(longest, n), min(shortest, n)
-            if (len(group) + 1) * longest <= policy.max_padded_ids and longest <= policy.max_ratio * shortest:
-                group.append(i)
-                continue
-        groups.append([i])
-    return groups
 
 
 def create(settings: Settings) -> PiperBackend:
