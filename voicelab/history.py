@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import soundfile as sf
 
 from voicelab.engine.messages import SynthesisRequest, SynthesisResult
 from voicelab.errors import StorageError
+from voicelab.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -126,17 +126,7 @@ class History:
         return self._entry_from(sidecar)
 
     def _atomic_write(self, target: Path, data: bytes) -> None:
-        fd, temp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
+        write_atomically(self.root, target, data)
 
     # ---- reading ----
 

@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import secrets
-import tempfile
 import threading
 import time
 import unicodedata
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from voicelab.errors import InvalidSettingError, StorageError, VoiceLabError
+from voicelab.files import write_atomically
 from voicelab.voice.intake import load_prompt
 from voicelab.voice.prompt import PromptAudio
 
@@ -122,17 +122,7 @@ class VoiceStore:
             ) from exc
 
     def _atomic_write(self, target: Path, data: bytes) -> None:
-        fd, temp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
+        write_atomically(self.root, target, data)
 
     def delete(self, voice_id: str) -> SavedVoice:
         """Remove a voice (sidecar first, so it leaves the list at once); ``VoiceNotFoundError`` if unknown."""

@@ -24,6 +24,7 @@ from torch import nn
 from voicelab.backends.mandarin.model import FastSpeech2, FastSpeech2Dims
 from voicelab.backends.mandarin.tflite_graph import GraphParameters, read_parameters
 from voicelab.backends.mandarin.vocoder import MelGANDims, MultiBandMelGAN
+from voicelab.backends.strict_loading import load_state_strictly
 from voicelab.errors import BackendLoadError
 
 logger = logging.getLogger(__name__)
@@ -108,22 +109,7 @@ def _to_torch_layout(value: np.ndarray, role: str, transposed: bool) -> np.ndarr
 
 def load_state(model: nn.Module, tensors: dict[str, torch.Tensor], what: str) -> None:
     """Copy tensors into the model: same keys, same shapes, strict; BackendLoadError lists what differs."""
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(tensors))
-    extra = sorted(set(tensors) - set(expected))
-    mismatched = [
-        f"{k} (file {tuple(tensors[k].shape)}, model {tuple(v.shape)})"
-        for k, v in expected.items()
-        if k in tensors and tensors[k].shape != v.shape
-    ]
-    problems = [
-        f"{label}: {', '.join(items[:5])}{' ...' if len(items) > 5 else ''}"
-        for label, items in (("missing", missing), ("unexpected", extra), ("wrong shape", mismatched))
-        if items
-    ]
-    if problems:
-        raise BackendLoadError(f"The {what} weights do not fit the model; " + "; ".join(problems) + ".")
-    model.load_state_dict(tensors, strict=True)
+    load_state_strictly(model, tensors, f"The {what} weights do not fit the model")
 
 
 def _shape(tensors: dict[str, torch.Tensor], name: str) -> tuple[int, ...]:

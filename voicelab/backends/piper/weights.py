@@ -22,6 +22,7 @@ from onnx import numpy_helper
 
 from voicelab.backends.piper.converted import read_converted
 from voicelab.backends.piper.model import VitsDims, VitsModel
+from voicelab.backends.strict_loading import load_state_strictly
 from voicelab.errors import BackendLoadError
 
 logger = logging.getLogger(__name__)
@@ -180,24 +181,7 @@ def infer_dims(weights: VoiceWeights, num_speakers: int = 1) -> VitsDims:
 
 def load_state(model: VitsModel, tensors: dict[str, torch.Tensor]) -> None:
     """Copy tensors into the model, as nanoGPT's from_pretrained does: same keys, same shapes, strict."""
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(tensors))
-    extra = sorted(set(tensors) - set(expected))
-    mismatched = [
-        f"{k} (file {tuple(tensors[k].shape)}, model {tuple(v.shape)})"
-        for k, v in expected.items()
-        if k in tensors and tensors[k].shape != v.shape
-    ]
-    problems = [
-        f"{label}: {', '.join(items[:5])}{' ...' if len(items) > 5 else ''}"
-        for label, items in (("missing", missing), ("unexpected", extra), ("wrong shape", mismatched))
-        if items
-    ]
-    if problems:
-        raise BackendLoadError(
-            "The voice model's weights do not fit the Piper VITS model; " + "; ".join(problems) + "."
-        )
-    model.load_state_dict(tensors, strict=True)
+    load_state_strictly(model, tensors, "The voice model's weights do not fit the Piper VITS model")
 
 
 def load_model(path: str | Path, num_speakers: int = 1) -> VitsModel:
