@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -27,10 +28,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -254,6 +255,37 @@ def _studio(args: argparse.Namespace) -> Iterator[tuple[str, AppProcess | None, 
             app.stop()
 
 
+class Poller(Protocol):
+    """A background thread that records polls of the studio while the clients run."""
+
+    polls: list[PanelPoll]
+    stop_event: threading.Event
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+def drive_clients(client: Callable[..., None], args: argparse.Namespace, poller: Poller) -> LoadReport:
+    """``args.clients`` threads of ``client(number, deadline, timeout_s, recorder)`` until ``args.duration`` ends."""
+    recorder = Recorder()
+    started = time.monotonic()
+    deadline = started + args.duration
+    threads = [
+        threading.Thread(target=client, args=(n, deadline, args.request_timeout, recorder), daemon=True)
+        for n in range(args.clients)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, deadline + args.request_timeout + 60 - time.monotonic()))
+    ended = time.monotonic()
+    poller.stop_event.set()
+    poller.join(15)
+    report = LoadReport(recorder.submissions, recorder.outcomes, poller.polls, started, ended)
+    if any(t.is_alive() for t in threads):
+        report.notes.append("some clients were still waiting when the run ended")
+    return report
+
+
 def run_load(args: argparse.Namespace) -> LoadReport:
     with _studio(args) as (url, app, outputs):
         wait_engine_ready(url, args.ready_timeout)
@@ -265,30 +297,11 @@ def run_load(args: argparse.Namespace) -> LoadReport:
         memory_start = memory_of(app, url)
         poller = PanelPoller(url, args.poll_interval)
         poller.start()
-        recorder = Recorder()
-        started = time.monotonic()
-        deadline = started + args.duration
-        threads = [
-            threading.Thread(
-                target=run_client,
-                args=(url, n, deadline, args.request_timeout, recorder, args.client_nice),
-                daemon=True,
-            )
-            for n in range(args.clients)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(max(0.0, deadline + args.request_timeout + 60 - time.monotonic()))
-        ended = time.monotonic()
-        poller.stop_event.set()
-        poller.join(15)
-        report = LoadReport(recorder.submissions, recorder.outcomes, poller.polls, started, ended)
+        client = functools.partial(run_client, url, nice=args.client_nice)
+        report = drive_clients(client, args, poller)
         report.memory_start, report.memory_end = memory_start, memory_of(app, url)
         if outputs is not None:
             report.saved_seeds = [s for s in _saved_seeds(outputs) if s != WARM_UP_SEED]
-        if any(t.is_alive() for t in threads):
-            report.notes.append("some clients were still waiting when the run ended")
     return report
 
 

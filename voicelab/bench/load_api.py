@@ -12,6 +12,7 @@ and History keeps, so every request is traced to exactly one outcome: ``ok`` (a 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import logging
 import os
@@ -32,6 +33,7 @@ from voicelab.bench.load import (
     Submission,
     _saved_seeds,
     _studio,
+    drive_clients,
     is_clear_sentence,
     parse_args,
     print_report,
@@ -130,30 +132,11 @@ def run_load_api(args: argparse.Namespace) -> LoadReport:
         memory_start = memory_of(app, url) if app is not None else None
         poller = HealthPoller(url, args.poll_interval)
         poller.start()
-        recorder = Recorder()
-        started = time.monotonic()
-        deadline = started + args.duration
-        threads = [
-            threading.Thread(
-                target=run_api_client,
-                args=(url, n, deadline, args.request_timeout, recorder, headers, args.client_nice),
-                daemon=True,
-            )
-            for n in range(args.clients)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(max(0.0, deadline + args.request_timeout + 60 - time.monotonic()))
-        ended = time.monotonic()
-        poller.stop_event.set()
-        poller.join(15)
-        report = LoadReport(recorder.submissions, recorder.outcomes, poller.polls, started, ended)
+        client = functools.partial(run_api_client, url, headers=headers, nice=args.client_nice)
+        report = drive_clients(client, args, poller)
         report.memory_start, report.memory_end = memory_start, memory_of(app, url) if app is not None else None
         if outputs is not None:
             report.saved_seeds = [s for s in _saved_seeds(outputs) if s != WARM_UP_SEED]
-        if any(t.is_alive() for t in threads):
-            report.notes.append("some clients were still waiting when the run ended")
     return report
 
 
