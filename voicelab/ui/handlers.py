@@ -184,6 +184,30 @@ class Studio:
             log.warning("no subtitles for %s: %s", take.result.job_id, exc)
             return None
 
+    def spoken_request(
+        self,
+        kind: str,
+        text: str,
+        prompt: PromptClip | None,
+        speed: float,
+        noise_scale: float,
+        noise_w: float,
+        silence_s: float,
+        seed: float | None,
+        language: str,
+    ) -> GenerationRequest:
+        """The Speak and Clone tabs' widgets as one request (the same controls on both tabs)."""
+        return GenerationRequest(
+            text=text or "",
+            kind=kind,
+            language=language or "auto",
+            prompt=prompt,
+            speed=float(speed or 1.0),
+            seed=seed_for(seed),
+            sentence_silence_s=silence_s,
+            options=self.options(noise_scale, noise_w),
+        )
+
     @shows_errors
     def speak(
         self,
@@ -196,15 +220,8 @@ class Studio:
         language: str = "auto",
     ) -> Iterator[SpeakOutputs]:
         """The Speak tab's Generate button."""
-        request = GenerationRequest(
-            text=text or "",
-            kind="speak",
-            language=language or "auto",
-            speed=float(speed or 1.0),
-            seed=seed_for(seed),
-            sentence_silence_s=silence_s,
-            options=self.options(noise_scale, noise_w),
-        )
+        controls = (speed, noise_scale, noise_w, silence_s, seed, language)
+        request = self.spoken_request("speak", text, None, *controls)
         for live, srt, saved, status, _ in self.run_streaming(request):
             yield live, srt, saved, status
 
@@ -224,16 +241,8 @@ class Studio:
         """The Clone tab's button: the prompt's sentence comes at once, before anything is queued."""
         if not prompt_path:
             raise InvalidPromptError("Please upload or record a voice prompt first.")
-        request = GenerationRequest(
-            text=text or "",
-            kind="clone",
-            language=language or "auto",
-            prompt=PromptClip(prompt_path, transcript or ""),
-            speed=float(speed or 1.0),
-            seed=seed_for(seed),
-            sentence_silence_s=silence_s,
-            options=self.options(noise_scale, noise_w),
-        )
+        controls = (speed, noise_scale, noise_w, silence_s, seed, language)
+        request = self.spoken_request("clone", text, PromptClip(prompt_path, transcript or ""), *controls)
         for live, srt, saved, status, shown in self.run_streaming(request):
             if shown is None:
                 yield live, srt, saved, status, gr.skip()
