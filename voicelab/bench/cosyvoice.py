@@ -1,14 +1,17 @@
 """CosyVoice soak and speed: VoiceLab's engine vs upstream driven as its webui does, side by side in one run.
 
-    python -m voicelab bench cosyvoice --model-dir DIR [--code DIR] [--requests 40] [--dtype float32]
-        [--max-chars 120] [--stream-requests 8] [--json OUT.json]
+    python -m voicelab bench cosyvoice --model-dir DIR [--code DIR] [--requests 200] [--dtype float32]
+        [--max-chars 200] [--stream-requests 8] [--clients 1,2,4,8] [--probe-dtype float16] [--json OUT.json]
 
-The same deterministic workload for both (text of 5 to ``--max-chars`` characters from a fixed corpus, zero-shot
-with the four prompts in tests/data, every fifth request a new prompt cut from one of them), each side in its own
-spawned process on the same GPU, one after the other. Per side: latency p50/p95, RTF (synthesis s / audio s),
-speech tokens/s (audio s * 25), time to first audio, and per window of requests the allocator's allocated,
-reserved and inactive-split bytes, NVML memory used by the process, and host RSS. VoiceLab then runs
-``--stream-requests`` streamed requests for its streaming time to first audio.
+The same deterministic workload for both: zero-shot requests of 5 to ``--max-chars`` characters (lengths skewed
+toward short, as real requests are; one in four Mandarin), with the four prompts in tests/data, three requests in
+four a new prompt (a different cut of one of them, so a voice no cache holds). Each side runs in its own spawned
+process on the same GPU, one after the other; upstream is driven as its webui.py drives it (``inference_zero_shot``
+per request, a new speaker entry per prompt, two requests at once at most). Per side: latency p50/p95, RTF, speech
+tokens/s, time to first audio, throughput at each ``--clients`` count, and per window of requests the allocator's
+allocated, reserved and inactive-split bytes, NVML memory used by the process and host RSS. VoiceLab also runs
+streamed requests, a Soft restart (VRAM after it vs a fresh start) and, in a third process, the first requests again
+in ``--probe-dtype`` for its peak beside float32's. The goal lines at the end say pass or FAIL.
 """
 
 from __future__ import annotations
@@ -17,37 +20,33 @@ import argparse
 import json
 import multiprocessing as mp
 import random
+import re
 import tempfile
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from voicelab.bench.cosyvoice_sides import WINDOW, Job, run_dtype_probe, run_upstream, run_voicelab
 from voicelab.bench.soak import CORPUS, DEFAULT_PROMPTS
 
 TOKENS_PER_S = 25
-WINDOW = 10
+MIB = 2**20
+CORPUS_ZH = (
+    "老灯塔看守人每天傍晚都会沿着螺旋楼梯爬上塔顶。雨点敲打着铁皮屋顶，水壶开始鸣响。"
+    "请问去火车站怎么走？她笑了笑，摇摇头，什么也没说。新鲜的面包、熟透的番茄和一点橄榄油就是完美的午餐。"
+    "为什么河水在夜里听起来总是更响？委员会将于星期四下午三点半再次开会。风力发电机在山脊上缓缓转动。"
+)
 
 
-@dataclass(frozen=True)
-class Job:
-    text: str
-    prompt: str  # a wav path
-    transcript: str
-    seed: int
-
-
-@dataclass
-class Sample:
-    window: int
-    allocated: int
-    reserved: int
-    inactive_split: int
-    nvml_used: int
-    rss: int
+def _text(rng: random.Random, max_chars: int, chinese: bool) -> str:
+    corpus, longest = (CORPUS_ZH, min(max_chars, 100)) if chinese else (CORPUS, max_chars)
+    length = 5 + int((longest - 5) * rng.random() ** 2)  # 5..longest, mean about a third of the way
+    start = rng.randrange(0, len(corpus) - length)
+    while corpus[start] == " ":  # start on a word, so the text keeps its drawn length
+        start += 1
+    return corpus[start : start + length].rstrip() if length > 5 else corpus[start : start + 5]
 
 
 def workload(n: int, max_chars: int, folder: Path, seed: int = 0) -> list[Job]:
@@ -57,120 +56,38 @@ def workload(n: int, max_chars: int, folder: Path, seed: int = 0) -> list[Job]:
     bases = sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4]
     jobs = []
     for index in range(n):
-        start = rng.randrange(0, len(CORPUS) - max_chars)
-        text = CORPUS[start : start + rng.randint(5, max_chars)].strip() or "Hello."
+        text = _text(rng, max_chars, chinese=index % 4 == 3)
         base = bases[index % len(bases)]
         prompt = str(base)
-        if index % 5 == 4:  # a new prompt: a different cut of the clip, so a different voice to the cache
+        if index % 4 != 0:  # a new prompt: a different cut of the clip, so a voice new to every cache
             samples, rate = sf.read(base, dtype="float32")
             prompt = str(folder / f"new_{index}.wav")
-            sf.write(prompt, samples[int(rate * 0.05 * (index % 7 + 1)) :], rate)
+            sf.write(prompt, samples[int(rate * 0.01 * (index % 29 + 1)) :], rate)
         jobs.append(Job(text, prompt, base.with_suffix(".txt").read_text().strip(), seed + index))
     return jobs
 
 
-def _sample(window: int, pid: int, allocated: int, reserved: int, inactive: int) -> Sample:
-    import psutil
-
-    return Sample(window, allocated, reserved, inactive, _nvml_used(pid), psutil.Process(pid).memory_info().rss)
-
-
-def _nvml_used(pid: int) -> int:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        return sum(p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == pid)
-    except Exception:
-        return 0
-
-
-def _torch_sample(window: int, pid: int) -> Sample:
-    import torch
-
-    stats = torch.cuda.memory_stats()
-    return _sample(
-        window,
-        pid,
-        stats.get("allocated_bytes.all.current", 0),
-        stats.get("reserved_bytes.all.current", 0),
-        stats.get("inactive_split_bytes.all.current", 0),
-    )
-
-
-def run_upstream(args: argparse.Namespace, jobs: list[Job], conn: Any) -> None:
-    import os
-
-    from voicelab.bench.cosyvoice_upstream import load_naive, run_naive
-
-    started = time.perf_counter()
-    model = load_naive(Path(args.model_dir), args.code)
-    load_s = time.perf_counter() - started
-    rows, samples = [], [_torch_sample(0, os.getpid())]
-    for index, job in enumerate(jobs):
-        audio, latency, first = run_naive(model, job.text, job.transcript, job.prompt, job.seed)
-        rows.append((latency, first, len(audio) / 24000))
-        if (index + 1) % WINDOW == 0:
-            samples.append(_torch_sample((index + 1) // WINDOW, os.getpid()))
-    conn.send({"load_s": load_s, "rows": rows, "samples": [asdict(s) for s in samples]})
-
-
-def _voicelab_request(job: Job, stream: bool) -> Any:
-    from voicelab.studio import GenerationRequest, PromptClip
-
-    return GenerationRequest(
-        job.text, kind="clone", prompt=PromptClip(job.prompt, job.transcript), seed=job.seed,
-        options={"stream": 1.0 if stream else 0.0},
-    )  # fmt: skip
-
-
-def _engine_sample(engine: Any, window: int) -> Sample:
-    stats = engine.allocator_stats()
-    pid = stats.worker_pid or engine.status().worker_pid
-    return _sample(window, pid, stats.allocated, stats.reserved, stats.non_releasable)
-
-
-def run_voicelab(args: argparse.Namespace, jobs: list[Job], conn: Any) -> None:
-    from voicelab.engine.client import EngineClient
-    from voicelab.settings import Settings
-    from voicelab.studio import GenerationService
-
-    settings = Settings(
-        backend="cosyvoice", cosyvoice_dir=args.model_dir, cosyvoice_code=args.code, device="cuda",
-        dtype=args.dtype, job_timeout_s=600.0,
-    )  # fmt: skip
-    started = time.perf_counter()
-    with EngineClient(settings) as engine:
-        engine.wait_ready(timeout=600)
-        load_s = time.perf_counter() - started
-        service = GenerationService(engine, None, settings)
-        rows, samples = [], [_engine_sample(engine, 0)]
-        for index, job in enumerate(jobs):
-            result = service.generate(_voicelab_request(job, stream=False)).first.result
-            rows.append((result.latency_s, result.first_audio_s, result.duration_s))
-            if (index + 1) % WINDOW == 0:
-                samples.append(_engine_sample(engine, (index + 1) // WINDOW))
-        streamed = []
-        for job in jobs[: args.stream_requests]:
-            result = service.generate(_voicelab_request(job, stream=True)).first.result
-            streamed.append((result.latency_s, result.first_audio_s, result.duration_s))
-        peak = engine.allocator_stats().peak_allocated
-    conn.send({"load_s": load_s, "rows": rows, "samples": [asdict(s) for s in samples], "streamed": streamed,
-               "peak": peak})  # fmt: skip
+def short_jobs(count: int = 8) -> list[Job]:
+    """The throughput phase's requests: one sentence each, the four base prompts (cached after the soak)."""
+    bases = sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4]
+    sentences = [s.strip() for s in re.findall(r"[^.?!]+[.?!]", CORPUS) if len(s.strip()) > 20]
+    return [
+        Job(sentences[i % len(sentences)], str(bases[i % 4]), bases[i % 4].with_suffix(".txt").read_text().strip(), i)
+        for i in range(count)
+    ]
 
 
 def _in_process(target: Callable[..., None], args: argparse.Namespace, jobs: list[Job]) -> dict[str, Any]:
     context = mp.get_context("spawn")
     parent, child = context.Pipe()
-    process = context.Process(target=target, args=(args, jobs, child))
+    process = context.Process(target=target, args=(args, jobs, short_jobs(), child))
     process.start()
     result: dict[str, Any] = parent.recv()
     process.join()
     return result
 
 
-def summary(rows: Sequence[tuple[float, float, float]]) -> dict[str, float]:
+def summary(rows: Sequence[Sequence[float]]) -> dict[str, float]:
     latency = np.array([r[0] for r in rows])
     first = np.array([r[1] for r in rows])
     audio = np.array([r[2] for r in rows])
@@ -186,39 +103,87 @@ def summary(rows: Sequence[tuple[float, float, float]]) -> dict[str, float]:
 
 
 def _print_side(label: str, result: dict[str, Any]) -> None:
-    mib = 2**20
-    print(
-        f"{label}: load {result['load_s']:.1f} s, "
-        + json.dumps({k: round(v, 3) for k, v in summary(result["rows"]).items()})
-    )
+    figures = {k: round(v, 3) for k, v in summary(result["rows"]).items()}
+    print(f"{label}: load {result['load_s']:.1f} s, " + json.dumps(figures))
     for s in result["samples"]:
-        figures = {k: s[k] / mib for k in ("allocated", "reserved", "inactive_split", "nvml_used", "rss")}
-        print(f"  window {s['window']:>2}: " + "  ".join(f"{k} {v:8.1f} MiB" for k, v in figures.items()))
+        cells = {k: s[k] / MIB for k in ("allocated", "reserved", "inactive_split", "nvml_used", "rss")}
+        print(f"  window {s['window']:>2}: " + "  ".join(f"{k} {v:8.1f} MiB" for k, v in cells.items()))
+    for row in result["throughput"]:
+        print(
+            f"  {row['clients']} clients: {row['requests']} requests in {row['wall_s']:.1f} s, "
+            f"{row['requests_per_s']:.2f} req/s, {row['audio_s_per_s']:.2f} audio s/s, p50 {row['p50_s']:.2f} s"
+        )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _rss_per_call(result: dict[str, Any]) -> float:
+    """Host RSS growth per request after the first window (the warm-up), in MiB."""
+    samples = result["samples"]
+    calls = (samples[-1]["window"] - samples[1]["window"]) * WINDOW
+    return (samples[-1]["rss"] - samples[1]["rss"]) / MIB / max(calls, 1)
+
+
+def goal_lines(ours: dict[str, Any], upstream: dict[str, Any] | None, probe: dict[str, Any] | None) -> list[str]:
+    """The issue's goals, each as 'name: figure (goal) pass|FAIL'."""
+    samples = ours["samples"]
+    lines: list[tuple[str, float, str, bool]] = [
+        ("allocated growth after warm-up, MiB", (samples[-1]["allocated"] - samples[1]["allocated"]) / MIB,
+         "<= 1", samples[-1]["allocated"] - samples[1]["allocated"] <= MIB),
+        ("inactive split after loading, MiB", samples[0]["inactive_split"] / MIB, "0",
+         samples[0]["inactive_split"] == 0),
+        ("host RSS growth per zero-shot call, MiB", _rss_per_call(ours), "<= 1", _rss_per_call(ours) <= 1.0),
+        ("Soft restart VRAM minus a fresh start's, MiB", (ours["restarted_nvml"] - ours["fresh_nvml"]) / MIB,
+         "<= 64", ours["restarted_nvml"] - ours["fresh_nvml"] <= 64 * MIB),
+    ]  # fmt: skip
+    if upstream is not None:
+        reserved = max(s["reserved"] for s in samples), max(s["reserved"] for s in upstream["samples"])
+        p50 = summary(ours["rows"])["p50_s"] / summary(upstream["rows"])["p50_s"]
+        lines += [
+            ("max reserved, voicelab / upstream", reserved[0] / reserved[1], "<= 1", reserved[0] <= reserved[1]),
+            ("p50 latency, voicelab / upstream", p50, "<= 1.05", p50 <= 1.05),
+            ("upstream host RSS growth per zero-shot call, MiB", _rss_per_call(upstream), "(reference)", True),
+        ]
+    if probe is not None:
+        ratio = probe["probe_peak"] / ours["probe_peak"]
+        lines.append(("probe dtype peak / float32 peak", ratio, "<= 0.65", ratio <= 0.65))
+    return [f"{name}: {value:.3f} (goal {goal}) {'pass' if ok else 'FAIL'}" for name, value, goal, ok in lines]
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m voicelab bench cosyvoice", description=__doc__)
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--code", default="")
-    parser.add_argument("--requests", type=int, default=40)
-    parser.add_argument("--max-chars", type=int, default=120)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--max-chars", type=int, default=200)
     parser.add_argument("--stream-requests", type=int, default=8)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--probe-dtype", default="float16", help="'' to skip the reduced-precision peak probe")
+    parser.add_argument("--clients", type=lambda s: [int(c) for c in s.split(",")], default=[1, 2, 4, 8])
+    parser.add_argument("--throughput-requests", type=int, default=8, help="per client count (at least 2 each)")
     parser.add_argument("--skip-upstream", action="store_true")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         jobs = workload(args.requests, args.max_chars, Path(folder))
         results = {} if args.skip_upstream else {"upstream (webui)": _in_process(run_upstream, args, jobs)}
         results["voicelab"] = _in_process(run_voicelab, args, jobs)
+        probe = _in_process(run_dtype_probe, args, jobs) if args.probe_dtype else None
+    chars = [len(job.text) for job in jobs]
+    print(f"workload: {len(jobs)} requests, {min(chars)}-{max(chars)} characters (mean {np.mean(chars):.0f})")
     for label, result in results.items():
         _print_side(label, result)
-    voicelab = results["voicelab"]
-    if voicelab.get("streamed"):
-        print("voicelab streamed: " + json.dumps({k: round(v, 3) for k, v in summary(voicelab["streamed"]).items()}))
-    print(f"voicelab peak allocated: {voicelab['peak'] / 2**20:.1f} MiB ({args.dtype})")
+    ours = results["voicelab"]
+    print("voicelab streamed: " + json.dumps({k: round(v, 3) for k, v in summary(ours["streamed"]).items()}))
+    if probe is not None:
+        print(f"peak allocated over {len(jobs[:8])} requests: {args.dtype} {ours['probe_peak'] / MIB:.0f} MiB, "
+              f"{args.probe_dtype} {probe['probe_peak'] / MIB:.0f} MiB")  # fmt: skip
+    for line in goal_lines(ours, results.get("upstream (webui)"), probe):
+        print(line)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        args.json.write_text(json.dumps({**results, "probe": probe}, indent=1))
     return 0
 
 

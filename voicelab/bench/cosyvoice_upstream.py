@@ -1,11 +1,12 @@
 """Upstream CosyVoice driven as its ``webui.py`` drives it, for ``bench cosyvoice``'s side-by-side run.
 
-``AutoModel(model_dir=...)`` then, per request, ``inference_zero_shot(text, prompt_text, prompt_wav_path,
-stream=False, speed=1.0)`` and the chunks joined, as webui's ``generate_audio`` does. Three things are changed so
-that it runs at all on this stack, each the smallest possible: downloads are refused (modelscope stand-in);
-upstream's ``load_wav`` reads with soundfile (torchaudio 2.11's ``load`` needs torchcodec); the Qwen body is
-re-read in float32 (transformers 5 loads it in bf16 beside fp32 heads). For random weights the same speech-token
-cap as VoiceLab's is installed, so both sides make the same number of tokens.
+``AutoModel(model_dir=...)`` then, per request, a ``spk2info`` entry for a prompt not seen before and
+``inference_zero_shot(text, prompt_text, prompt_wav_path, zero_shot_spk_id, stream=False)`` with the chunks joined, as
+the webui's ``generate_audio`` does; two requests at a time at most (its queue's concurrency limit). Three things are
+changed so that it runs at all on this stack, each the smallest possible: downloads are refused (modelscope stand-in);
+upstream's ``load_wav`` reads with soundfile (torchaudio 2.11's ``load`` needs torchcodec); the Qwen body is re-read
+in float32 (transformers 5 loads it in bf16 beside fp32 heads). For random weights the same speech-token cap as
+VoiceLab's is installed, so both sides make the same number of tokens.
 """
 
 from __future__ import annotations
@@ -51,14 +52,18 @@ def load_naive(model_dir: Path, code_dir: str) -> Any:
 
 
 def run_naive(model: Any, text: str, prompt_text: str, prompt_wav: str, seed: int) -> tuple[np.ndarray, float, float]:
-    """One webui-style request: (audio, latency s, time to first audio s)."""
+    """One webui-style request: (audio, latency s, time to first audio s). Each prompt not seen before gets its own
+    ``spk2info`` entry (``add_zero_shot_spk``), never removed, as the seeds' WebUIs keep one per upload; its cost
+    counts in the request's latency, as it would for the user waiting."""
     import torch
 
     torch.manual_seed(seed)
     started = time.perf_counter()
+    if prompt_wav not in model.frontend.spk2info:
+        model.add_zero_shot_spk(prompt_text, prompt_wav, prompt_wav)
     first = 0.0
     pieces = []
-    for output in model.inference_zero_shot(text, prompt_text, prompt_wav, stream=False, speed=1.0):
+    for output in model.inference_zero_shot(text, prompt_text, prompt_wav, zero_shot_spk_id=prompt_wav, stream=False):
         first = first or time.perf_counter() - started
         pieces.append(output["tts_speech"].numpy().flatten())
     audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)

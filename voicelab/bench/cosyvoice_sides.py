@@ -1,0 +1,208 @@
+"""The two sides of ``bench cosyvoice``, each run in its own spawned process: upstream driven as its webui does,
+and VoiceLab's worker engine. Both send back plain dicts (rows, memory samples, throughput) through a pipe."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+WINDOW = 10
+WEBUI_CONCURRENCY = 2  # upstream webui.py: demo.queue(max_size=4, default_concurrency_limit=2)
+PROBE_REQUESTS = 8  # the requests the dtype probe and its float32 counterpart both run
+
+
+@dataclass(frozen=True)
+class Job:
+    text: str
+    prompt: str  # a wav path
+    transcript: str
+    seed: int
+
+
+@dataclass
+class Sample:
+    window: int
+    allocated: int
+    reserved: int
+    inactive_split: int
+    nvml_used: int
+    rss: int
+
+
+def nvml_used(pid: int) -> int:
+    """GPU memory NVML charges to one process (what nvidia-smi shows), 0 where NVML cannot tell."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return sum(p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == pid)
+    except Exception:
+        return 0
+
+
+def _sample(window: int, pid: int, allocated: int, reserved: int, inactive: int) -> Sample:
+    import psutil
+
+    return Sample(window, allocated, reserved, inactive, nvml_used(pid), psutil.Process(pid).memory_info().rss)
+
+
+def _torch_sample(window: int) -> Sample:
+    import torch
+
+    stats = torch.cuda.memory_stats()
+    return _sample(
+        window,
+        os.getpid(),
+        stats.get("allocated_bytes.all.current", 0),
+        stats.get("reserved_bytes.all.current", 0),
+        stats.get("inactive_split_bytes.all.current", 0),
+    )
+
+
+def throughput(call: Callable[[Job], float], jobs: Sequence[Job], clients: int, limit: int | None) -> dict[str, float]:
+    """``clients`` threads send ``jobs`` as fast as answers come; ``limit`` caps how many run at once (the webui's
+    queue: beyond it a client waits, where the real webui would refuse a client once 4 are waiting)."""
+    gate = threading.Semaphore(limit or clients)
+    latencies: list[float] = []
+
+    def one(job: Job) -> float:
+        with gate:
+            started = time.perf_counter()
+            audio_s = call(job)
+            latencies.append(time.perf_counter() - started)
+            return audio_s
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        audio = sum(pool.map(one, jobs))
+    wall = time.perf_counter() - started
+    return {
+        "clients": clients,
+        "requests": len(jobs),
+        "wall_s": wall,
+        "requests_per_s": len(jobs) / wall,
+        "audio_s_per_s": audio / wall,
+        "p50_s": float(np.percentile(latencies, 50)),
+    }
+
+
+def _throughputs(
+    call: Callable[[Job], float], args: argparse.Namespace, jobs: Sequence[Job], limit: int | None
+) -> list:
+    rows = []
+    for clients in args.clients:
+        count = max(args.throughput_requests, 2 * clients)
+        rows.append(throughput(call, [jobs[i % len(jobs)] for i in range(count)], clients, limit))
+    return rows
+
+
+def run_upstream(args: argparse.Namespace, jobs: list[Job], short: list[Job], conn: Any) -> None:
+    from voicelab.bench.cosyvoice_upstream import load_naive, run_naive
+
+    started = time.perf_counter()
+    model = load_naive(Path(args.model_dir), args.code)
+    load_s = time.perf_counter() - started
+    rows, samples = [], [_torch_sample(0)]
+    for index, job in enumerate(jobs):
+        audio, latency, first = run_naive(model, job.text, job.transcript, job.prompt, job.seed)
+        rows.append((latency, first, len(audio) / 24000))
+        if (index + 1) % WINDOW == 0:
+            samples.append(_torch_sample((index + 1) // WINDOW))
+
+    def call(job: Job) -> float:
+        return len(run_naive(model, job.text, job.transcript, job.prompt, job.seed)[0]) / 24000
+
+    served = _throughputs(call, args, short, WEBUI_CONCURRENCY)
+    conn.send({"load_s": load_s, "rows": rows, "samples": [asdict(s) for s in samples], "throughput": served})
+
+
+def _request(job: Job, stream: bool) -> Any:
+    from voicelab.studio import GenerationRequest, PromptClip
+
+    return GenerationRequest(
+        job.text, kind="clone", prompt=PromptClip(job.prompt, job.transcript), seed=job.seed,
+        options={"stream": 1.0 if stream else 0.0},
+    )  # fmt: skip
+
+
+def _engine_sample(engine: Any, window: int) -> Sample:
+    stats = engine.allocator_stats()
+    pid = stats.worker_pid or engine.status().worker_pid
+    return _sample(window, pid, stats.allocated, stats.reserved, stats.non_releasable)
+
+
+def _engine(args: argparse.Namespace, dtype: str) -> Any:
+    from voicelab.engine.client import EngineClient
+    from voicelab.settings import Settings
+
+    settings = Settings(
+        backend="cosyvoice", cosyvoice_dir=args.model_dir, cosyvoice_code=args.code, device="cuda", dtype=dtype,
+        job_timeout_s=600.0,
+    )  # fmt: skip
+    return EngineClient(settings), settings
+
+
+def _soak(service: Any, engine: Any, jobs: list[Job]) -> tuple[list, list[Sample], list[int]]:
+    rows, samples, peaks = [], [_engine_sample(engine, 0)], []
+    for index, job in enumerate(jobs):
+        result = service.generate(_request(job, stream=False)).first.result
+        rows.append((result.latency_s, result.first_audio_s, result.duration_s))
+        peaks.append(result.peak_allocated_bytes)
+        if (index + 1) % WINDOW == 0:
+            samples.append(_engine_sample(engine, (index + 1) // WINDOW))
+    return rows, samples, peaks
+
+
+def run_voicelab(args: argparse.Namespace, jobs: list[Job], short: list[Job], conn: Any) -> None:
+    from voicelab.studio import GenerationService
+
+    started = time.perf_counter()
+    engine, settings = _engine(args, args.dtype)
+    with engine:
+        engine.wait_ready(timeout=600)
+        load_s = time.perf_counter() - started
+        fresh_nvml = _engine_sample(engine, 0).nvml_used
+        service = GenerationService(engine, None, settings)
+        rows, samples, peaks = _soak(service, engine, jobs)
+        streamed = []
+        for job in jobs[: args.stream_requests]:
+            result = service.generate(_request(job, stream=True)).first.result
+            streamed.append((result.latency_s, result.first_audio_s, result.duration_s))
+
+        def call(job: Job) -> float:
+            return float(service.generate(_request(job, stream=False)).first.result.duration_s)
+
+        served = _throughputs(call, args, short, None)
+        engine.soft_restart(timeout=600)
+        engine.wait_ready(timeout=600)
+        restarted_nvml = _engine_sample(engine, 0).nvml_used
+    conn.send({
+        "load_s": load_s, "rows": rows, "samples": [asdict(s) for s in samples], "streamed": streamed,
+        "throughput": served, "probe_peak": max(peaks[:PROBE_REQUESTS]), "fresh_nvml": fresh_nvml,
+        "restarted_nvml": restarted_nvml,
+    })  # fmt: skip
+
+
+def run_dtype_probe(args: argparse.Namespace, jobs: list[Job], short: list[Job], conn: Any) -> None:
+    """The first ``PROBE_REQUESTS`` soak requests in ``--probe-dtype``: the per-request peak to set beside float32's."""
+    from voicelab.studio import GenerationService
+
+    engine, settings = _engine(args, args.probe_dtype)
+    with engine:
+        engine.wait_ready(timeout=600)
+        service = GenerationService(engine, None, settings)
+        peaks = [
+            service.generate(_request(job, stream=False)).first.result.peak_allocated_bytes
+            for job in jobs[:PROBE_REQUESTS]
+        ]
+    conn.send({"probe_peak": max(peaks)})
