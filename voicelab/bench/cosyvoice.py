@@ -78,12 +78,22 @@ def short_jobs(count: int = 8) -> list[Job]:
 
 
 def _in_process(target: Callable[..., None], args: argparse.Namespace, jobs: list[Job]) -> dict[str, Any]:
+    """Run one side in a spawned process; a side that dies or hangs ends the bench with a sentence, not a hang."""
     context = mp.get_context("spawn")
     parent, child = context.Pipe()
     process = context.Process(target=target, args=(args, jobs, short_jobs(), child))
     process.start()
-    result: dict[str, Any] = parent.recv()
-    process.join()
+    child.close()  # so that recv() sees the end of the pipe if the side dies
+    try:
+        if not parent.poll(args.side_timeout_s):
+            raise SystemExit(f"{target.__name__} gave no result within {args.side_timeout_s:.0f} s")
+        result: dict[str, Any] = parent.recv()
+    except EOFError:
+        raise SystemExit(f"{target.__name__} died (exit code {process.exitcode}); its log is above") from None
+    finally:
+        process.join(5)
+        if process.is_alive():
+            process.kill()
     return result
 
 
@@ -160,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--clients", type=lambda s: [int(c) for c in s.split(",")], default=[1, 2, 4, 8])
     parser.add_argument("--throughput-requests", type=int, default=8, help="per client count (at least 2 each)")
     parser.add_argument("--skip-upstream", action="store_true")
+    parser.add_argument("--side-timeout-s", type=float, default=1800.0)
     parser.add_argument("--json", type=Path)
     return parser
 

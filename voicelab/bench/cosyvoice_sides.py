@@ -183,9 +183,9 @@ def run_voicelab(args: argparse.Namespace, jobs: list[Job], short: list[Job], co
             return float(service.generate(_request(job, stream=False)).first.result.duration_s)
 
         served = _throughputs(call, args, short, None)
-        engine.soft_restart(timeout=600)
-        engine.wait_ready(timeout=600)
-        restarted_nvml = _engine_sample(engine, 0).nvml_used
+        restart = engine.soft_restart(timeout=600)
+        time.sleep(1.0)  # NVML's per-process figure settles a moment after the load
+        restarted_nvml = nvml_used(restart.new_pid)
     conn.send({
         "load_s": load_s, "rows": rows, "samples": [asdict(s) for s in samples], "streamed": streamed,
         "throughput": served, "probe_peak": max(peaks[:PROBE_REQUESTS]), "fresh_nvml": fresh_nvml,
