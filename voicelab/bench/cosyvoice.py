@@ -175,21 +175,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _probe(args: argparse.Namespace, jobs: list[Job]) -> dict[str, Any] | None:
+    if not args.probe_dtype:
+        return None
+    try:
+        return _in_process(run_dtype_probe, args, jobs)
+    except SystemExit as exc:  # the soak's figures still stand without the probe
+        print(f"{args.probe_dtype} probe: {exc}")
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
         jobs = workload(args.requests, args.max_chars, Path(folder))
-        results = {} if args.skip_upstream else {"upstream (webui)": _in_process(run_upstream, args, jobs)}
-        results["voicelab"] = _in_process(run_voicelab, args, jobs)
-        probe = _in_process(run_dtype_probe, args, jobs) if args.probe_dtype else None
-    chars = [len(job.text) for job in jobs]
-    print(f"workload: {len(jobs)} requests, {min(chars)}-{max(chars)} characters (mean {np.mean(chars):.0f})")
-    for label, result in results.items():
-        _print_side(label, result)
+        chars = [len(job.text) for job in jobs]
+        print(f"workload: {len(jobs)} requests, {min(chars)}-{max(chars)} characters (mean {np.mean(chars):.0f})")
+        sides = [("voicelab", run_voicelab)] if args.skip_upstream else [("upstream (webui)", run_upstream),
+                                                                          ("voicelab", run_voicelab)]  # fmt: skip
+        for label, side in sides:
+            results[label] = _in_process(side, args, jobs)
+            _print_side(label, results[label])
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=1))
+        probe = _probe(args, jobs)
     ours = results["voicelab"]
     print("voicelab streamed: " + json.dumps({k: round(v, 3) for k, v in summary(ours["streamed"]).items()}))
     if probe is not None:
-        print(f"peak allocated over {len(jobs[:8])} requests: {args.dtype} {ours['probe_peak'] / MIB:.0f} MiB, "
+        print(f"peak allocated over the first requests: {args.dtype} {ours['probe_peak'] / MIB:.0f} MiB, "
               f"{args.probe_dtype} {probe['probe_peak'] / MIB:.0f} MiB")  # fmt: skip
     for line in goal_lines(ours, results.get("upstream (webui)"), probe):
         print(line)
