@@ -170,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--clients", type=lambda s: [int(c) for c in s.split(",")], default=[1, 2, 4, 8])
     parser.add_argument("--throughput-requests", type=int, default=8, help="per client count (at least 2 each)")
     parser.add_argument("--skip-upstream", action="store_true")
+    parser.add_argument("--upstream-requests", type=int, default=0, help="upstream runs the first N only (0: all)")
     parser.add_argument("--side-timeout-s", type=float, default=1800.0)
     parser.add_argument("--json", type=Path)
     return parser
@@ -195,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         sides = [("voicelab", run_voicelab)] if args.skip_upstream else [("upstream (webui)", run_upstream),
                                                                           ("voicelab", run_voicelab)]  # fmt: skip
         for label, side in sides:
-            results[label] = _in_process(side, args, jobs)
+            count = args.upstream_requests if side is run_upstream and args.upstream_requests else len(jobs)
+            results[label] = _in_process(side, args, jobs[:count])
             _print_side(label, results[label])
             if args.json:
                 args.json.write_text(json.dumps(results, indent=1))
