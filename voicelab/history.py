@@ -26,7 +26,7 @@ import soundfile as sf
 
 from voicelab.engine.messages import SynthesisRequest, SynthesisResult
 from voicelab.errors import StorageError
-from voicelab.files import write_atomically
+from voicelab.files import display_path, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,8 @@ class History:
                 self._path(entry_id, ".wav").unlink()
             reason = exc.strerror or str(exc)
             raise StorageError(
-                f"The audio was generated but could not be saved to the history folder {self.root} ({reason})."
+                f"The audio was generated but could not be saved to the history folder "
+                f"{display_path(self.root)} ({reason})."
             ) from exc
         return self._entry_from(sidecar)
 

@@ -20,6 +20,7 @@ from voicelab.studio import GenerationService
 from voicelab.ui import handlers as actions
 from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
+from voicelab.ui.edges import GuardedBlocks
 from voicelab.ui.handlers import Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
@@ -72,7 +73,7 @@ def build_ui(
         HistoryBrowser(history),
         ResourcePanel(client, telemetry),
     )
-    with gr.Blocks(title="VoiceLab", analytics_enabled=False, delete_cache=(3600, 24 * 3600)) as demo:
+    with GuardedBlocks(title="VoiceLab", analytics_enabled=False, delete_cache=(3600, 24 * 3600)) as demo:
         gr.Markdown("# VoiceLab\nVoice cloning and instruction-controlled speech that keeps running.")
         if paths.notice:
             gr.HTML(f'<p class="vl-warning">{html.escape(paths.notice)}</p>', elem_id="storage-notice")
@@ -113,6 +114,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         inputs=speak.inputs,
         outputs=[speak.live, speak.subtitles, speak.audio, speak.meta],
         api_name="speak",
+        preprocess=False,
         **limit,
     ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
     gr.on(
@@ -121,6 +123,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         inputs=clone.inputs,
         outputs=[clone.live, clone.subtitles, clone.audio, clone.meta, clone.figures],
         api_name="clone",
+        preprocess=False,
         **limit,
     ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
     gr.on(
@@ -129,6 +132,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         inputs=design.inputs,
         outputs=[*design.takes_audio, design.meta, design.parsed],
         api_name="design",
+        preprocess=False,
         **limit,
     ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
 
@@ -147,12 +151,13 @@ def _wire_history(demo: gr.Blocks, views: Views, handlers: Handlers) -> None:
     shown = [history.audio, history.files, history.details]
     refreshers = [history.refresh.click, views.history_tab.select, demo.load]
     gr.on(refreshers, handlers.history.refresh, outputs=history.listing, api_name="history_list")
-    history.entry.input(handlers.history.show, inputs=history.entry, outputs=shown, api_name="history_show")
+    raw: dict[str, Any] = {"preprocess": False}  # the handlers coerce raw values themselves (voicelab.ui.edges)
+    history.entry.input(handlers.history.show, inputs=history.entry, outputs=shown, api_name="history_show", **raw)
     history.table.select(handlers.history.select_row, outputs=history.entry, **QUIET).then(
-        handlers.history.show, inputs=history.entry, outputs=shown, **QUIET
+        handlers.history.show, inputs=history.entry, outputs=shown, **QUIET, **raw
     )
     history.delete.click(
-        handlers.history.delete, inputs=history.entry, outputs=history.listing, api_name="history_delete"
+        handlers.history.delete, inputs=history.entry, outputs=history.listing, api_name="history_delete", **raw
     )
 
 
@@ -160,7 +165,7 @@ def _wire_panel(demo: gr.Blocks, panel: PanelView, handler: ResourcePanel) -> No
     ticks: dict[str, Any] = {"concurrency_limit": None, **QUIET}
     gr.on([panel.fast_timer.tick, demo.load], handler.gauges, outputs=panel.gauges, **ticks)
     gr.on([panel.slow_timer.tick, demo.load], handler.timeline, outputs=panel.timeline, **ticks)
-    control: dict[str, Any] = {"concurrency_id": "control", "concurrency_limit": 1}
+    control: dict[str, Any] = {"concurrency_id": "control", "concurrency_limit": 1, "preprocess": False}
     panel.clean.click(
         handler.clean_cache, inputs=panel.clear_profiles, outputs=panel.report, api_name="clean_cache", **control
     )
@@ -185,7 +190,12 @@ def wire_voices(
         inputs=[picker.name, clone.prompt, clone.transcript],
         outputs=[picker.picker, picker.status],
         api_name="voice_save",
+        preprocess=False,
     )
     picker.delete.click(
-        library.delete, inputs=picker.picker, outputs=[picker.picker, picker.status], api_name="voice_delete"
+        library.delete,
+        inputs=picker.picker,
+        outputs=[picker.picker, picker.status],
+        api_name="voice_delete",
+        preprocess=False,
     )

@@ -28,6 +28,16 @@ import numpy as np
 
 from voicelab.backends.mandarin import LICENSE_NOTICE as MANDARIN_LICENSE
 from voicelab.engine.messages import ChunkReady, SynthesisResult
+from voicelab.engine.validation import (
+    MAX_TRANSCRIPT_CHARS,
+    NO_LIMIT,
+    SILENCE_LIMITS,
+    SPEED_LIMITS,
+    as_number,
+    as_seed,
+    as_text,
+    as_whole,
+)
 from voicelab.errors import InvalidPromptError, StorageError, VoiceLabError
 from voicelab.history import encode_wav
 from voicelab.instruct.controls import UNSPECIFIED, controls_to_style, resolve_style
@@ -61,6 +71,10 @@ def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
             except VoiceLabError as exc:
                 log.info("shown to the user: %s", exc)
                 raise gr.Error(str(exc), print_exception=False) from exc
+            except (gr.Error, GeneratorExit):
+                raise
+            except Exception as exc:
+                raise unexpected(handler, exc) from exc
 
         return stream  # type: ignore[return-value]
 
@@ -71,15 +85,34 @@ def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
         except VoiceLabError as exc:
             log.info("shown to the user: %s", exc)
             raise gr.Error(str(exc), print_exception=False) from exc
+        except gr.Error:
+            raise
+        except Exception as exc:
+            raise unexpected(handler, exc) from exc
 
     return wrapper
 
 
-def seed_for(value: float | None) -> int | None:
+def unexpected(handler: Callable[..., Any], exc: Exception) -> gr.Error:
+    """A fault of ours: logged with its traceback for us, one sentence for the user."""
+    log.exception("%s failed unexpectedly", getattr(handler, "__qualname__", handler))
+    return gr.Error("Something went wrong inside VoiceLab; the server log says what.", print_exception=False)
+
+
+def seed_for(value: object) -> int | None:
     """The seed box: blank or negative means a fresh random seed (shown afterwards)."""
-    if value is None or value < 0:
+    return as_seed(value)
+
+
+def upload_path(label: str, value: object) -> str | None:
+    """A file input as the handler gets it: Gradio's file dict (``preprocess=False``), a path, or nothing."""
+    if isinstance(value, dict):
+        value = value.get("path")
+    if value is None or value == "":
         return None
-    return int(value)
+    if not isinstance(value, str):
+        raise InvalidPromptError(f"{label} must be an uploaded audio file.")
+    return value
 
 
 def metadata_line(result: SynthesisResult) -> str:
@@ -136,11 +169,16 @@ class Studio:
         voice = self.voices.get(voice_id)
         return PromptClip(voice.clip_path, voice.transcript)
 
-    def options(self, noise_scale: float | None, noise_w: float | None) -> dict[str, float]:
-        """The Advanced sliders, kept only where the loaded backend has such an option."""
-        names = {o.name for o in self.service.capabilities().options}
+    def options(self, noise_scale: object, noise_w: object) -> dict[str, float]:
+        """The Advanced sliders, kept only where the loaded backend has such an option (checked by its limits)."""
+        capabilities = self.service.capabilities()
         given = {"noise_scale": noise_scale, "noise_w": noise_w}
-        return {k: float(v) for k, v in given.items() if v is not None and k in names}
+        checked: dict[str, float] = {}
+        for name, value in given.items():
+            spec = capabilities.option(name)
+            if value is not None and spec is not None:
+                checked[name] = as_number(spec.label, value, (spec.low, spec.high))
+        return checked
 
     def show(self, take: Take) -> Shown:
         """Where to play it from (the History file, else a WAV in Gradio's cache) and its status line."""
@@ -187,24 +225,24 @@ class Studio:
     def spoken_request(
         self,
         kind: str,
-        text: str,
+        text: object,
         prompt: PromptClip | None,
-        speed: float,
-        noise_scale: float,
-        noise_w: float,
-        silence_s: float,
-        seed: float | None,
-        language: str,
+        speed: object,
+        noise_scale: object,
+        noise_w: object,
+        silence_s: object,
+        seed: object,
+        language: object,
     ) -> GenerationRequest:
-        """The Speak and Clone tabs' widgets as one request (the same controls on both tabs)."""
+        """The Speak and Clone tabs' widgets as one request (the same controls on both tabs), raw values coerced."""
         return GenerationRequest(
-            text=text or "",
+            text=as_text("The text to speak", text, NO_LIMIT),
             kind=kind,
-            language=language or "auto",
+            language=as_text("The language", language, 16) or "auto",
             prompt=prompt,
-            speed=float(speed or 1.0),
-            seed=seed_for(seed),
-            sentence_silence_s=silence_s,
+            speed=as_number("Speed", speed, SPEED_LIMITS),
+            seed=as_seed(seed),
+            sentence_silence_s=as_number("Silence between sentences", silence_s, SILENCE_LIMITS),
             options=self.options(noise_scale, noise_w),
         )
 
@@ -228,7 +266,7 @@ class Studio:
     @shows_errors
     def clone(
         self,
-        prompt_path: str | None,
+        prompt: str | dict[str, Any] | None,
         transcript: str,
         text: str,
         speed: float,
@@ -239,29 +277,47 @@ class Studio:
         language: str = "auto",
     ) -> Iterator[tuple[Any, Any, Any, str, Any]]:
         """The Clone tab's button: the prompt's sentence comes at once, before anything is queued."""
+        prompt_path = upload_path("The voice prompt", prompt)
         if not prompt_path:
             raise InvalidPromptError("Please upload or record a voice prompt first.")
+        clip = PromptClip(prompt_path, as_text("The transcript of the prompt", transcript, MAX_TRANSCRIPT_CHARS))
         controls = (speed, noise_scale, noise_w, silence_s, seed, language)
-        request = self.spoken_request("clone", text, PromptClip(prompt_path, transcript or ""), *controls)
+        request = self.spoken_request("clone", text, clip, *controls)
         for live, srt, saved, status, shown in self.run_streaming(request):
             if shown is None:
                 yield live, srt, saved, status, gr.skip()
             else:
-                prompt = shown.take.request.prompt
-                yield live, srt, saved, status, clone_figures(shown.take.result, prompt) if prompt else ""
+                used = shown.take.request.prompt
+                yield live, srt, saved, status, clone_figures(shown.take.result, used) if used else ""
 
     @shows_errors
     def design(
-        self, text: str, takes: float, voice_id: str | None, instruction: str, *choices: str | None
+        self,
+        text: str,
+        takes: float,
+        voice_id: str | None,
+        instruction: str,
+        age: str | None = UNSPECIFIED,
+        gender: str | None = UNSPECIFIED,
+        pitch: str | None = UNSPECIFIED,
+        pitch_variation: str | None = UNSPECIFIED,
+        volume: str | None = UNSPECIFIED,
+        speed: str | None = UNSPECIFIED,
+        emotion: str | None = UNSPECIFIED,
     ) -> tuple[Any, ...]:
         """The Design tab's Generate: one resolved style on the built-in or a saved voice, ``takes`` fresh seeds."""
-        count = min(max(int(takes), 1), MAX_TAKES)
+        count = as_whole("Takes", takes, (1, MAX_TAKES))
+        chosen = (age, gender, pitch, pitch_variation, volume, speed, emotion)
+        labels = [
+            as_text(name.replace("_", " ").capitalize(), v, 64) or UNSPECIFIED
+            for name, v in zip(CONTROL_NAMES, chosen, strict=True)
+        ]
         request = GenerationRequest(
-            text=text or "",
+            text=as_text("The text to speak", text, NO_LIMIT),
             kind="design",
-            prompt=self.saved_prompt(voice_id),
-            instruction=instruction or "",
-            style=controls_to_style(*choices),
+            prompt=self.saved_prompt(as_text("The voice", voice_id, 64)),
+            instruction=as_text("The style instruction", instruction),
+            style=controls_to_style(*labels),
             takes=count,
         )
         generation = self.service.generate(request)

@@ -9,6 +9,7 @@ from typing import Any
 import gradio as gr
 
 from voicelab.errors import StorageError
+from voicelab.files import display_path
 from voicelab.history import History, HistoryEntry
 from voicelab.ui.handlers import shows_errors
 
@@ -86,7 +87,7 @@ class HistoryBrowser:
         ids = [e.entry_id for e in entries]
         current = selected if selected in ids else (ids[0] if ids else None)
         noun = "generation" if len(entries) == 1 else "generations"
-        count = f"**{len(entries)}** saved {noun} in `{self.history.root}`"
+        count = f"**{len(entries)}** saved {noun} in `{display_path(self.history.root)}`"
         dropdown = gr.Dropdown(choices=[(_label(e), e.entry_id) for e in entries], value=current)
         return (count, [_row(e) for e in entries], dropdown, *self._shown(current))
 

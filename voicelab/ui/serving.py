@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from voicelab.errors import InvalidSettingError
+from voicelab.files import display_path
 from voicelab.settings import Settings
+from voicelab.ui.edges import gradio_error_handlers
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,8 @@ def configure_environment(settings: Settings) -> ServingPaths:
             problem,
             private,
         )
-        notice = f"The outputs folder {paths.outputs} cannot be written ({problem}), so generations are not saved."
+        shown = display_path(paths.outputs)
+        notice = f"The outputs folder {shown} cannot be written ({problem}), so generations are not saved."
         paths = replace(paths, gradio_temp=private / "uploads", examples_cache=private / "examples", notice=notice)
         paths.gradio_temp.mkdir()
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
@@ -120,6 +123,7 @@ def launch_options(settings: Settings) -> dict[str, Any]:
         "footer_links": ["api"],
         "show_error": True,
         "css": CSS,
+        "app_kwargs": {"exception_handlers": gradio_error_handlers()},
     }
 
 
