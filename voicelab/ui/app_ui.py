@@ -18,13 +18,14 @@ from voicelab.history import History
 from voicelab.settings import Settings
 from voicelab.studio import GenerationService
 from voicelab.ui import handlers as actions
+from voicelab.ui.cache import UploadCache
 from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
 from voicelab.ui.edges import GuardedBlocks
 from voicelab.ui.handlers import Studio
-from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
+from voicelab.ui.history_tab import HistoryBrowser, HistoryView, ReuseTargets, history_layout, wire_history
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
-from voicelab.ui.serving import configure_environment
+from voicelab.ui.serving import cache_cleanup, configure_environment, history_admins
 from voicelab.ui.speak_tab import SpeakView, can_stream, speak_layout
 from voicelab.ui.voices_tab import VoiceLibrary, VoicePickerView, voice_picker_layout
 from voicelab.voices import VOICES_DIRNAME, VoiceStore
@@ -41,6 +42,7 @@ class Views:
     history_tab: gr.Tab
     history: HistoryView
     panel: PanelView
+    tabs: gr.Tabs
 
 
 @dataclass(frozen=True)
@@ -68,17 +70,21 @@ def build_ui(
     history.sweep()
     store = voices or VoiceStore(paths.outputs / VOICES_DIRNAME)
     library = VoiceLibrary(store, paths.gradio_temp)
+    cache = UploadCache(
+        paths.gradio_temp, settings.upload_cache_max_age_min * 60, int(settings.upload_cache_max_mb * 2**20)
+    )
+    cache.prune()
     handlers = Handlers(
-        Studio(service, paths.gradio_temp, can_stream(), store),
-        HistoryBrowser(history),
+        Studio(service, paths.gradio_temp, can_stream(), store, cache),
+        HistoryBrowser(history, cache, history_admins(settings)),
         ResourcePanel(client, telemetry),
     )
-    with GuardedBlocks(title="VoiceLab", analytics_enabled=False, delete_cache=(3600, 24 * 3600)) as demo:
+    with GuardedBlocks(title="VoiceLab", analytics_enabled=False, delete_cache=cache_cleanup(settings)) as demo:
         gr.Markdown("# VoiceLab\nVoice cloning and instruction-controlled speech that keeps running.")
         if paths.notice:
             gr.HTML(f'<p class="vl-warning">{html.escape(paths.notice)}</p>', elem_id="storage-notice")
         with gr.Row():
-            with gr.Column(scale=3), gr.Tabs():
+            with gr.Column(scale=3), gr.Tabs() as tabs:
                 with gr.Tab("Speak", id="speak"):
                     speak = speak_layout()
                 with gr.Tab("Clone", id="clone"):
@@ -90,7 +96,7 @@ def build_ui(
                     history_view = history_layout()
             with gr.Column(scale=2, min_width=320):
                 panel = panel_layout()
-        _wire(demo, Views(speak, clone, design, history_tab, history_view, panel), handlers, settings)
+        _wire(demo, Views(speak, clone, design, history_tab, history_view, panel, tabs), handlers, settings)
         wire_voices(demo, picker, clone, design, library)
     return demo
 
@@ -147,18 +153,17 @@ def _wire_design_helpers(design: DesignView) -> None:
 
 
 def _wire_history(demo: gr.Blocks, views: Views, handlers: Handlers) -> None:
-    history = views.history
-    shown = [history.audio, history.files, history.details]
-    refreshers = [history.refresh.click, views.history_tab.select, demo.load]
-    gr.on(refreshers, handlers.history.refresh, outputs=history.listing, api_name="history_list")
-    raw: dict[str, Any] = {"preprocess": False}  # the handlers coerce raw values themselves (voicelab.ui.edges)
-    history.entry.input(handlers.history.show, inputs=history.entry, outputs=shown, api_name="history_show", **raw)
-    history.table.select(handlers.history.select_row, outputs=history.entry, **QUIET).then(
-        handlers.history.show, inputs=history.entry, outputs=shown, **QUIET, **raw
+    speak, clone, design = views.speak, views.clone, views.design
+    targets = ReuseTargets(
+        views.tabs,
+        clone.prompt,
+        clone.transcript,
+        tuple(speak.inputs),
+        tuple(clone.inputs[2:]),
+        (design.text, design.instruction, *design.controls),
     )
-    history.delete.click(
-        handlers.history.delete, inputs=history.entry, outputs=history.listing, api_name="history_delete", **raw
-    )
+    wire_history(demo, views.history, views.history_tab, handlers.history, targets)
+    demo.unload(handlers.studio.end_session)
 
 
 def _wire_panel(demo: gr.Blocks, panel: PanelView, handler: ResourcePanel) -> None:

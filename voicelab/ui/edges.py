@@ -11,11 +11,12 @@ without a file; :func:`gradio_error_handlers` are FastAPI exception handlers, pa
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import gradio as gr
 from fastapi import Request
@@ -23,10 +24,76 @@ from fastapi.responses import JSONResponse
 from gradio.route_utils import FnIndexInferError
 from gradio_client.utils import is_file_obj_with_meta, traverse
 
+from voicelab.engine.validation import as_seed
+from voicelab.errors import InvalidPromptError, VoiceLabError
+
 log = logging.getLogger(__name__)
 
+P = ParamSpec("P")
+R = TypeVar("R")
 FILE_COMPONENTS = (gr.Audio, gr.File)
 Handler = Callable[[Request, Exception], Coroutine[Any, Any, JSONResponse]]
+
+
+def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
+    """Show a VoiceLabError as a Gradio error popup carrying exactly its sentence (generators too)."""
+    if inspect.isgeneratorfunction(handler):
+
+        @functools.wraps(handler)
+        def stream(*args: P.args, **kwargs: P.kwargs) -> Any:
+            try:
+                yield from handler(*args, **kwargs)  # type: ignore[misc]
+            except VoiceLabError as exc:
+                log.info("shown to the user: %s", exc)
+                raise gr.Error(str(exc), print_exception=False) from exc
+            except (gr.Error, GeneratorExit):
+                raise
+            except Exception as exc:
+                raise unexpected(handler, exc) from exc
+
+        return stream  # type: ignore[return-value]
+
+    @functools.wraps(handler)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return handler(*args, **kwargs)
+        except VoiceLabError as exc:
+            log.info("shown to the user: %s", exc)
+            raise gr.Error(str(exc), print_exception=False) from exc
+        except gr.Error:
+            raise
+        except Exception as exc:
+            raise unexpected(handler, exc) from exc
+
+    return wrapper
+
+
+def unexpected(handler: Callable[..., Any], exc: Exception) -> gr.Error:
+    """A fault of ours: logged with its traceback for us, one sentence for the user."""
+    log.exception("%s failed unexpectedly", getattr(handler, "__qualname__", handler))
+    return gr.Error("Something went wrong inside VoiceLab; the server log says what.", print_exception=False)
+
+
+def seed_for(value: object) -> int | None:
+    """The seed box: blank or negative means a fresh random seed (shown afterwards)."""
+    return as_seed(value)
+
+
+def login_of(request: gr.Request | None) -> str:
+    """The logged-in user behind a call ("" without ``--auth``)."""
+    name = getattr(request, "username", None) if request is not None else None
+    return name if isinstance(name, str) else ""
+
+
+def upload_path(label: str, value: object) -> str | None:
+    """A file input as the handler gets it: Gradio's file dict (``preprocess=False``), a path, or nothing."""
+    if isinstance(value, dict):
+        value = value.get("path")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidPromptError(f"{label} must be an uploaded audio file.")
+    return value
 
 
 def parameter_names(fn: Callable[..., Any] | None) -> list[str]:
@@ -38,6 +105,21 @@ def parameter_names(fn: Callable[..., Any] | None) -> list[str]:
     except (TypeError, ValueError):
         return []
     return [p.name for p in params if p.annotation not in (gr.Request, "gr.Request") and p.name != "request"]
+
+
+def with_defaults(block_fn: Any, inputs: list[Any]) -> list[Any]:
+    """Missing trailing values become null where the handler has a default for them (the handler decides)."""
+    wanted = len(block_fn.inputs)
+    if len(inputs) >= wanted or block_fn.fn is None:
+        return inputs
+    try:
+        params = [p for p in inspect.signature(block_fn.fn).parameters.values() if p.name != "request"]
+    except (TypeError, ValueError):
+        return inputs
+    missing = params[len(inputs) : wanted]
+    if len(missing) == wanted - len(inputs) and all(p.default is not inspect.Parameter.empty for p in missing):
+        return inputs + [None] * len(missing)
+    return inputs
 
 
 def intake_refusal(block_fn: Any, inputs: list[Any]) -> str:
@@ -60,6 +142,7 @@ class GuardedBlocks(gr.Blocks):
     async def preprocess_data(
         self, block_fn: Any, inputs: list[Any], state: Any, explicit_call: bool = False
     ) -> list[Any]:
+        inputs = with_defaults(block_fn, list(inputs or []))
         try:
             return list(await super().preprocess_data(block_fn, inputs, state, explicit_call))
         except gr.Error:

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import hashlib
-import inspect
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import gradio as gr
 import numpy as np
@@ -46,73 +44,18 @@ from voicelab.instruct.presets import get_preset
 from voicelab.instruct.style import Style
 from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Take
 from voicelab.subtitles import cues, to_srt
+from voicelab.ui.cache import UploadCache
+from voicelab.ui.edges import login_of, shows_errors, upload_path
+from voicelab.ui.edges import seed_for as seed_for  # re-exported: older callers import it from here
 from voicelab.voice.prompt import PromptAudio
 from voicelab.voices import VoiceStore
 
 log = logging.getLogger(__name__)
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
 AudioValue = str | tuple[int, np.ndarray]
 DISK_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 CONTROL_NAMES = ("age", "gender", "pitch", "pitch_variation", "volume", "speed", "emotion")  # controls_to_style order
 SpeakOutputs = tuple[Any, Any, Any, str]  # live chunk, subtitles file, saved audio, status line
-
-
-def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
-    """Show a VoiceLabError as a Gradio error popup carrying exactly its sentence (generators too)."""
-    if inspect.isgeneratorfunction(handler):
-
-        @functools.wraps(handler)
-        def stream(*args: P.args, **kwargs: P.kwargs) -> Any:
-            try:
-                yield from handler(*args, **kwargs)  # type: ignore[misc]
-            except VoiceLabError as exc:
-                log.info("shown to the user: %s", exc)
-                raise gr.Error(str(exc), print_exception=False) from exc
-            except (gr.Error, GeneratorExit):
-                raise
-            except Exception as exc:
-                raise unexpected(handler, exc) from exc
-
-        return stream  # type: ignore[return-value]
-
-    @functools.wraps(handler)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return handler(*args, **kwargs)
-        except VoiceLabError as exc:
-            log.info("shown to the user: %s", exc)
-            raise gr.Error(str(exc), print_exception=False) from exc
-        except gr.Error:
-            raise
-        except Exception as exc:
-            raise unexpected(handler, exc) from exc
-
-    return wrapper
-
-
-def unexpected(handler: Callable[..., Any], exc: Exception) -> gr.Error:
-    """A fault of ours: logged with its traceback for us, one sentence for the user."""
-    log.exception("%s failed unexpectedly", getattr(handler, "__qualname__", handler))
-    return gr.Error("Something went wrong inside VoiceLab; the server log says what.", print_exception=False)
-
-
-def seed_for(value: object) -> int | None:
-    """The seed box: blank or negative means a fresh random seed (shown afterwards)."""
-    return as_seed(value)
-
-
-def upload_path(label: str, value: object) -> str | None:
-    """A file input as the handler gets it: Gradio's file dict (``preprocess=False``), a path, or nothing."""
-    if isinstance(value, dict):
-        value = value.get("path")
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise InvalidPromptError(f"{label} must be an uploaded audio file.")
-    return value
 
 
 def metadata_line(result: SynthesisResult) -> str:
@@ -154,11 +97,18 @@ class Studio:
         cache_dir: Path | None = None,
         streaming: bool = True,
         voices: VoiceStore | None = None,
+        cache: UploadCache | None = None,
     ) -> None:
         self.service = service
         self.cache_dir = cache_dir
         self.streaming = streaming
         self.voices = voices
+        self.cache = cache
+
+    def end_session(self, request: gr.Request) -> None:
+        """The browser tab closed: the prompts it uploaded leave Gradio's cache."""
+        if self.cache is not None:
+            self.cache.end_session(request.session_hash)
 
     def saved_prompt(self, voice_id: str | None) -> PromptClip | None:
         """A saved voice as the prompt to clone (None: the built-in voices as they are)."""
@@ -179,6 +129,11 @@ class Studio:
             if value is not None and spec is not None:
                 checked[name] = as_number(spec.label, value, (spec.low, spec.high))
         return checked
+
+    def prune(self) -> None:
+        """Keep Gradio's cache within its bounds before adding to it."""
+        if self.cache is not None:
+            self.cache.prune()
 
     def show(self, take: Take) -> Shown:
         """Where to play it from (the History file, else a WAV in Gradio's cache) and its status line."""
@@ -233,6 +188,7 @@ class Studio:
         silence_s: object,
         seed: object,
         language: object,
+        owner: str = "",
     ) -> GenerationRequest:
         """The Speak and Clone tabs' widgets as one request (the same controls on both tabs), raw values coerced."""
         return GenerationRequest(
@@ -244,6 +200,7 @@ class Studio:
             seed=as_seed(seed),
             sentence_silence_s=as_number("Silence between sentences", silence_s, SILENCE_LIMITS),
             options=self.options(noise_scale, noise_w),
+            owner=owner,
         )
 
     @shows_errors
@@ -256,11 +213,13 @@ class Studio:
         silence_s: float,
         seed: float | None,
         language: str = "auto",
+        request: gr.Request | None = None,
     ) -> Iterator[SpeakOutputs]:
         """The Speak tab's Generate button."""
         controls = (speed, noise_scale, noise_w, silence_s, seed, language)
-        request = self.spoken_request("speak", text, None, *controls)
-        for live, srt, saved, status, _ in self.run_streaming(request):
+        asked = self.spoken_request("speak", text, None, *controls, owner=login_of(request))
+        self.prune()
+        for live, srt, saved, status, _ in self.run_streaming(asked):
             yield live, srt, saved, status
 
     @shows_errors
@@ -275,15 +234,19 @@ class Studio:
         silence_s: float,
         seed: float | None,
         language: str = "auto",
+        request: gr.Request | None = None,
     ) -> Iterator[tuple[Any, Any, Any, str, Any]]:
         """The Clone tab's button: the prompt's sentence comes at once, before anything is queued."""
         prompt_path = upload_path("The voice prompt", prompt)
         if not prompt_path:
             raise InvalidPromptError("Please upload or record a voice prompt first.")
+        if self.cache is not None and request is not None:
+            self.cache.remember_prompt(request.session_hash, prompt_path)
+        self.prune()
         clip = PromptClip(prompt_path, as_text("The transcript of the prompt", transcript, MAX_TRANSCRIPT_CHARS))
         controls = (speed, noise_scale, noise_w, silence_s, seed, language)
-        request = self.spoken_request("clone", text, clip, *controls)
-        for live, srt, saved, status, shown in self.run_streaming(request):
+        asked = self.spoken_request("clone", text, clip, *controls, owner=login_of(request))
+        for live, srt, saved, status, shown in self.run_streaming(asked):
             if shown is None:
                 yield live, srt, saved, status, gr.skip()
             else:
@@ -304,6 +267,7 @@ class Studio:
         volume: str | None = UNSPECIFIED,
         speed: str | None = UNSPECIFIED,
         emotion: str | None = UNSPECIFIED,
+        request: gr.Request | None = None,
     ) -> tuple[Any, ...]:
         """The Design tab's Generate: one resolved style on the built-in or a saved voice, ``takes`` fresh seeds."""
         count = as_whole("Takes", takes, (1, MAX_TAKES))
@@ -312,15 +276,17 @@ class Studio:
             as_text(name.replace("_", " ").capitalize(), v, 64) or UNSPECIFIED
             for name, v in zip(CONTROL_NAMES, chosen, strict=True)
         ]
-        request = GenerationRequest(
+        self.prune()
+        asked = GenerationRequest(
             text=as_text("The text to speak", text, NO_LIMIT),
             kind="design",
             prompt=self.saved_prompt(as_text("The voice", voice_id, 64)),
             instruction=as_text("The style instruction", instruction),
             style=controls_to_style(*labels),
             takes=count,
+            owner=login_of(request),
         )
-        generation = self.service.generate(request)
+        generation = self.service.generate(asked)
         shown = [self.show(take) for take in generation.takes]
         players = [gr.update(value=s.audio, visible=True) for s in shown]
         players += [gr.update(value=None, visible=False) for _ in range(MAX_TAKES - count)]

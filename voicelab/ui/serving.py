@@ -27,7 +27,6 @@ log = logging.getLogger(__name__)
 
 HISTORY_DIRNAME = "history"
 GRADIO_DIRNAME = ".gradio"
-CACHE_CLEANUP = (3600, 24 * 3600)  # Gradio deletes its cached files older than a day, checking hourly
 CSS = """
 .vl-meta { font-family: ui-monospace, monospace; font-size: 0.9em; }
 .vl-panel .vl-gauge { margin: 0.2em 0 0.5em; }
@@ -94,14 +93,30 @@ def unwritable_reason(folder: Path) -> str:
     return ""
 
 
-def parse_auth(auth: str) -> tuple[str, str] | None:
-    """``"user:password"`` → ``("user", "password")``; empty → no login."""
+def parse_auth(auth: str) -> list[tuple[str, str]] | None:
+    """``"user:password[,user2:password2]"`` → ``[("user", "password"), ...]``; empty → no login."""
     if not auth:
         return None
-    user, sep, password = auth.partition(":")
-    if not sep or not user or not password:
-        raise InvalidSettingError("The auth setting must look like user:password.")
-    return user, password
+    logins = []
+    for item in auth.split(","):
+        user, sep, password = item.strip().partition(":")
+        if not sep or not user or not password:
+            raise InvalidSettingError("The auth setting must look like user:password (several: a:pw1,b:pw2).")
+        logins.append((user, password))
+    if len({user for user, _ in logins}) != len(logins):
+        raise InvalidSettingError("The auth setting names a user twice.")
+    return logins
+
+
+def history_admins(settings: Settings) -> frozenset[str]:
+    """Logins that see every user's History (``--history-admins alice,bob``)."""
+    return frozenset(name.strip() for name in settings.history_admins.split(",") if name.strip())
+
+
+def cache_cleanup(settings: Settings) -> tuple[int, int]:
+    """Gradio's own ``delete_cache`` (frequency, age) in seconds, from the upload-cache age bound."""
+    age = max(60, int(settings.upload_cache_max_age_min * 60))
+    return min(age, 3600), age
 
 
 def launch_options(settings: Settings) -> dict[str, Any]:
