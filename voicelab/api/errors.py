@@ -104,8 +104,10 @@ def install(app: FastAPI) -> None:
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "The request is not valid."}
         param = _param_of(tuple(first.get("loc", ())))
-        message = str(first.get("msg", "The request is not valid.")).removeprefix("Value error, ")
+        message = str(first.get("msg", "The request is not valid."))
         sentence = f"{param}: {message}." if param else f"{message}."
+        if message.startswith("Value error, "):  # the studio's own coercion (api_field): its sentence as it is
+            sentence = message.removeprefix("Value error, ")
         return error_response(400, sentence.replace("..", "."), "invalid_request_error", param)
 
     @app.exception_handler(HTTPException)

@@ -60,7 +60,7 @@ class SpeechBody(BaseModel):
     @field_validator("speed", mode="before")
     @classmethod
     def _speed(cls, value: object) -> float:
-        return api_field(lambda name, v: as_number("speed", v, SPEED_LIMITS), "speed", value)
+        return api_field(lambda name, v: as_number("Speed", v, SPEED_LIMITS), "speed", value)
 
     @field_validator("seed", mode="before")
     @classmethod

@@ -240,6 +240,8 @@ class Studio:
         prompt_path = upload_path("The voice prompt", prompt)
         if not prompt_path:
             raise InvalidPromptError("Please upload or record a voice prompt first.")
+        if self.cache is not None and not Path(prompt_path).resolve().is_relative_to(self.cache.root.resolve()):
+            raise InvalidPromptError("The voice prompt must be a file uploaded to this server; please upload it.")
         if self.cache is not None and request is not None:
             self.cache.remember_prompt(request.session_hash, prompt_path)
         self.prune()
