@@ -117,7 +117,8 @@ def test_history_endpoints_refuse_ids_that_escape(served: Served) -> None:
 
 def test_auth_setting_is_parsed_strictly() -> None:
     assert parse_auth("") is None
-    assert parse_auth("ann:pa:ss") == ("ann", "pa:ss")
+    assert parse_auth("ann:pa:ss") == [("ann", "pa:ss")]
+    assert parse_auth("ann:one, bob:two") == [("ann", "one"), ("bob", "two")]
     with pytest.raises(InvalidSettingError, match="user:password"):
         parse_auth("no-colon")
 

@@ -25,3 +25,15 @@ def write_atomically(folder: Path, target: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
+
+
+def display_path(path: str | os.PathLike[str]) -> str:
+    """How a server folder or file is named to users: relative to the working directory, never absolute.
+
+    Outside the working directory only the last two parts are shown (``…/outputs/history``).
+    """
+    absolute = Path(os.path.abspath(path))
+    cwd = Path.cwd()
+    if absolute.is_relative_to(cwd):
+        return str(absolute.relative_to(cwd)) or "."
+    return "…/" + "/".join(absolute.parts[-2:])

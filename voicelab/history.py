@@ -26,13 +26,17 @@ import soundfile as sf
 
 from voicelab.engine.messages import SynthesisRequest, SynthesisResult
 from voicelab.errors import StorageError
-from voicelab.files import write_atomically
+from voicelab.files import display_path, write_atomically
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2  # 2: settings hold speed, language and the backend's options (1: VITS scales)
 ENTRY_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{12}$")
 STALE_TEMP_S = 3600.0
+
+
+class EntryNotFoundError(StorageError):
+    default_message = "That history entry no longer exists; the list has been refreshed."
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class HistoryEntry:
     settings: Mapping[str, Any]
     metrics: Mapping[str, Any]
     audio_path: Path
+    owner: str = ""  # the login that made it ("" without --auth)
 
     @property
     def duration_s(self) -> float:
@@ -61,9 +66,10 @@ class HistoryEntry:
 
 
 def _sidecar(
-    request: SynthesisRequest, result: SynthesisResult, entry_id: str, kind: str, now: float
+    request: SynthesisRequest, result: SynthesisResult, entry_id: str, kind: str, now: float, owner: str
 ) -> dict[str, Any]:
     return {
+        "owner": owner,
         "version": SCHEMA_VERSION,
         "id": entry_id,
         "created": now,
@@ -103,13 +109,15 @@ class History:
 
     # ---- writing ----
 
-    def save(self, request: SynthesisRequest, result: SynthesisResult, kind: str = "speak") -> HistoryEntry:
+    def save(
+        self, request: SynthesisRequest, result: SynthesisResult, kind: str = "speak", owner: str = ""
+    ) -> HistoryEntry:
         """Store one generation; raises StorageError (with the OS's reason) if the folder can't take it."""
         now = time.time()
         entry_id = f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}-{result.job_id}"
         if not ENTRY_ID.match(entry_id):
             raise StorageError(f"The job id {result.job_id!r} cannot name a history entry.")
-        sidecar = _sidecar(request, result, entry_id, kind, now)
+        sidecar = _sidecar(request, result, entry_id, kind, now, owner)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             self._atomic_write(self._path(entry_id, ".wav"), encode_wav(result.audio, result.sample_rate))
@@ -121,7 +129,8 @@ class History:
                 self._path(entry_id, ".wav").unlink()
             reason = exc.strerror or str(exc)
             raise StorageError(
-                f"The audio was generated but could not be saved to the history folder {self.root} ({reason})."
+                f"The audio was generated but could not be saved to the history folder "
+                f"{display_path(self.root)} ({reason})."
             ) from exc
         return self._entry_from(sidecar)
 
@@ -130,8 +139,8 @@ class History:
 
     # ---- reading ----
 
-    def entries(self, limit: int | None = None) -> list[HistoryEntry]:
-        """Complete entries, newest first; unreadable sidecars are skipped (and logged), not fatal."""
+    def entries(self, limit: int | None = None, owner: str | None = None) -> list[HistoryEntry]:
+        """Complete entries, newest first (only ``owner``'s when given); unreadable sidecars are skipped."""
         if not self.root.is_dir():
             return []
         ids = sorted((p.stem for p in self.root.glob("*.json") if ENTRY_ID.match(p.stem)), reverse=True)
@@ -140,21 +149,27 @@ class History:
             if limit is not None and len(found) >= limit:
                 break
             try:
-                found.append(self.get(entry_id))
+                found.append(self.get(entry_id, owner))
+            except EntryNotFoundError:
+                continue
             except StorageError as exc:
                 log.warning("skipping history entry %s: %s", entry_id, exc)
         return found
 
-    def get(self, entry_id: str) -> HistoryEntry:
+    def get(self, entry_id: str, owner: str | None = None) -> HistoryEntry:
+        """One entry; with ``owner``, another login's entry is answered as missing (its existence stays private)."""
         sidecar_path = self._path(entry_id, ".json")
         audio_path = self._path(entry_id, ".wav")
         if not sidecar_path.is_file() or not audio_path.is_file():
-            raise StorageError("That history entry no longer exists; the list has been refreshed.")
+            raise EntryNotFoundError()
         try:
             data = json.loads(sidecar_path.read_text(encoding="utf-8"))
-            return self._entry_from(data)
+            entry = self._entry_from(data)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StorageError(f"The history entry {entry_id} is damaged and cannot be read.") from exc
+        if owner is not None and entry.owner != owner:
+            raise EntryNotFoundError()
+        return entry
 
     def _entry_from(self, data: Mapping[str, Any]) -> HistoryEntry:
         entry_id = str(data["id"])
@@ -170,12 +185,15 @@ class History:
             settings=dict(data.get("settings", {})),
             metrics=dict(data.get("metrics", {})),
             audio_path=self._path(entry_id, ".wav"),
+            owner=str(data.get("owner") or ""),
         )
 
     # ---- deleting ----
 
-    def delete(self, entry_id: str) -> None:
-        """Remove an entry: the sidecar first, so it leaves the list at once even if the WAV can't go."""
+    def delete(self, entry_id: str, owner: str | None = None) -> None:
+        """Remove an entry (only ``owner``'s, when given): the sidecar first, so it leaves the list at once."""
+        if owner is not None:
+            self.get(entry_id, owner)
         sidecar_path, audio_path = self._path(entry_id, ".json"), self._path(entry_id, ".wav")
         try:
             sidecar_path.unlink(missing_ok=True)

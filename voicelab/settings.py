@@ -29,7 +29,10 @@ class Settings:
     max_text_chars: int = 5000
     profile_cache_size: int = 8
     outputs_dir: str = "outputs"
-    auth: str = ""  # "user:password" enables Gradio login
+    auth: str = ""  # "user:password[,user2:password2]" enables login; each login sees only its own History
+    history_admins: str = ""  # comma-separated logins that see (and may delete) every user's History
+    upload_cache_max_age_min: float = 60.0  # files in Gradio's upload cache older than this are removed
+    upload_cache_max_mb: float = 500.0  # past this size the oldest cached files are removed
     max_upload_mb: int = 50
     auto_clean: bool = True
     auto_clean_cached_share: float = 0.25  # clean when cached-free exceeds this share of the device

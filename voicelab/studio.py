@@ -59,6 +59,7 @@ class GenerationRequest:
     instruction: natural-language style (English or Chinese); style: explicit controls that override it.
     speed: speaking-rate multiplier (0.25-4). seed: ``None`` for a fresh one per take. takes: 1-4.
     options: the backend's own controls by ``OptionSpec`` name (e.g. Piper's noise_scale).
+    owner: the login it is saved under in History ("" without ``--auth``).
     """
 
     text: str
@@ -72,6 +73,7 @@ class GenerationRequest:
     takes: int = 1
     sentence_silence_s: float = 0.2
     options: Mapping[str, float] = field(default_factory=dict)
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class PreparedGeneration:
     parsed: ParsedInstruction
     prompt: PromptAudio | None
     kind: str
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -153,19 +156,19 @@ class GenerationService:
         for take in range(1, request.takes):
             seed = None if checked.seed is None else checked.seed + take
             requests.append(replace(checked, seed=seed, job_id=new_job_id(), submitted_at=time.monotonic()))
-        return PreparedGeneration(tuple(requests), parsed, prompt, request.kind)
+        return PreparedGeneration(tuple(requests), parsed, prompt, request.kind, request.owner)
 
     def generate(self, request: GenerationRequest) -> Generation:
         """Every take, whole, one after another (so takes never fill the queue that other users share)."""
         prepared = self.prepare(request)
-        takes = tuple(self._finish(self.engine.submit(r), prepared.kind) for r in prepared.requests)
+        takes = tuple(self._finish(self.engine.submit(r), prepared) for r in prepared.requests)
         return Generation(takes, prepared.parsed, prepared.prompt)
 
     def stream(self, prepared: PreparedGeneration) -> Iterator[ChunkReady | Take]:
         """The first take's chunks as they are ready, then its finished ``Take``."""
         job = self.engine.submit(prepared.requests[0])
         yield from job.chunks(timeout=self.wait_s)
-        yield self._finish(job, prepared.kind)
+        yield self._finish(job, prepared)
 
     def _prompt(self, prompt: PromptClip | PromptAudio | None) -> PromptAudio | None:
         if prompt is None or isinstance(prompt, PromptAudio):
@@ -175,7 +178,7 @@ class GenerationService:
         max_bytes = self.settings.max_upload_mb * 2**20
         return load_prompt(prompt.source, prompt.transcript.strip(), max_bytes=max_bytes)
 
-    def _finish(self, job: Job, kind: str) -> Take:
+    def _finish(self, job: Job, prepared: PreparedGeneration) -> Take:
         try:
             result = job.result(self.wait_s)
         except FutureTimeout as exc:
@@ -185,7 +188,7 @@ class GenerationService:
         if self.history is None:
             return Take(job.request, result, None)
         try:
-            return Take(job.request, result, self.history.save(job.request, result, kind))
+            return Take(job.request, result, self.history.save(job.request, result, prepared.kind, prepared.owner))
         except StorageError as exc:
             log.warning("generation %s not kept: %s", result.job_id, exc)
             return Take(job.request, result, None, str(exc))

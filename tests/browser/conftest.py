@@ -103,7 +103,8 @@ NATIVE_CHUNK_DELAY_S = 1.5
 def apps(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apps]:
     """Start every app the selected tests need at once, so their slow starts (worker, model) overlap."""
     files = {item.path.name for item in request.session.items}
-    tone = RunningApp(tmp_path_factory.mktemp("tone-outputs")) if "test_studio_browser.py" in files else None
+    tone_tests = {"test_studio_browser.py", "test_history_browser.py"}
+    tone = RunningApp(tmp_path_factory.mktemp("tone-outputs")) if files & tone_tests else None
     builtin = "test_piper_browser.py" in files  # the default built-in voices: English (Piper) and Mandarin
     piper = RunningApp(tmp_path_factory.mktemp("builtin-outputs"), "builtin") if builtin else None
     native = None

@@ -129,6 +129,7 @@ def test_history_lists_plays_and_deletes_a_generation(page: Any, tone_app: Runni
     assert duration == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.02)
     assert text in page.inner_text("#history-details")
     page.click("#history-delete")
+    page.click("#history-confirm")  # deleting asks first (tests/browser/test_history_browser.py)
     wait_for_text(page, "#history-table", text, present=False)
 
 

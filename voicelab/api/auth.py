@@ -20,17 +20,17 @@ API_KEY = APIKeyHeader(name="X-API-Key", auto_error=False, description="The pass
 
 def api_key_check(settings: Settings) -> Callable[..., None]:
     """A FastAPI dependency refusing a missing or wrong key with 401 (in the API's error shape)."""
-    login = parse_auth(settings.auth)
-    expected = login[1] if login is not None else None
+    logins = parse_auth(settings.auth)
+    keys = [password.encode() for _, password in logins or []]
 
     def check(
         bearer: HTTPAuthorizationCredentials | None = Depends(BEARER),  # noqa: B008 (FastAPI's idiom)
         key: str | None = Depends(API_KEY),
     ) -> None:
-        if expected is None:
+        if not keys:
             return
-        given = bearer.credentials if bearer is not None else key
-        if given is None or not secrets.compare_digest(given.encode(), expected.encode()):
+        given = (bearer.credentials if bearer is not None else key or "").encode()
+        if not any([secrets.compare_digest(given, expected) for expected in keys]):
             raise HTTPException(
                 401,
                 "This server needs an API key: send Authorization: Bearer <password> or X-API-Key: <password>.",

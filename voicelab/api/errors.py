@@ -7,7 +7,9 @@ A ``VoiceLabError`` keeps its sentence and gets its status from ``STATUS`` (a us
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +22,7 @@ from voicelab.voices import VoiceNotFoundError
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 2
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,14 @@ class ApiError(Exception):
     def __init__(self, code: int, message: str, kind: str, param: str | None = None, retry: bool = False) -> None:
         super().__init__(message)
         self.code, self.message, self.kind, self.param, self.retry = code, message, kind, param, retry
+
+
+def api_field(coerce: Callable[[str, object], T], name: str, value: object) -> T:
+    """A pydantic ``before`` validator through the studio's own coercion (the same sentence as the UI's)."""
+    try:
+        return coerce(name, value)
+    except errors.VoiceLabError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def status_of(exc: errors.VoiceLabError) -> Status:
@@ -95,6 +106,8 @@ def install(app: FastAPI) -> None:
         param = _param_of(tuple(first.get("loc", ())))
         message = str(first.get("msg", "The request is not valid."))
         sentence = f"{param}: {message}." if param else f"{message}."
+        if message.startswith("Value error, "):  # the studio's own coercion (api_field): its sentence as it is
+            sentence = message.removeprefix("Value error, ")
         return error_response(400, sentence.replace("..", "."), "invalid_request_error", param)
 
     @app.exception_handler(HTTPException)

@@ -13,19 +13,33 @@ from fastapi import APIRouter
 from fastapi.params import Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from voicelab.api.context import ApiContext
+from voicelab.api.errors import api_field
 from voicelab.api.memory import clean_dict, memory_report, restart_dict
 from voicelab.engine.status import EngineStatus
+from voicelab.engine.validation import as_bool
 
 
 class CleanBody(BaseModel):
-    clear_profiles: bool = Field(False, description="Also drop the cached speaker profiles.")
+    clear_profiles: bool = Field(False, description="Also drop the cached speaker profiles (true/false only).")
+
+    @field_validator("clear_profiles", mode="before")
+    @classmethod
+    def _strict(cls, value: object) -> bool:
+        return api_field(as_bool, "clear_profiles", value)
 
 
 class RestartBody(BaseModel):
-    force: bool = Field(False, description="Do not wait for the job in flight (it is run again from the start).")
+    force: bool = Field(
+        False, description="Do not wait for the job in flight (it is run again from the start); true/false only."
+    )
+
+    @field_validator("force", mode="before")
+    @classmethod
+    def _strict(cls, value: object) -> bool:
+        return api_field(as_bool, "force", value)
 
 
 def engine_state(status: EngineStatus) -> str:

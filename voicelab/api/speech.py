@@ -20,12 +20,13 @@ from fastapi import APIRouter
 from fastapi.params import Depends
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from fastapi.sse import EventSourceResponse, format_sse_event
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from voicelab.api.audio import FORMATS, StreamEncoder, output_rate
 from voicelab.api.context import ApiContext
-from voicelab.api.errors import ApiError, status_of
+from voicelab.api.errors import ApiError, api_field, status_of
 from voicelab.engine.messages import ChunkReady
+from voicelab.engine.validation import MAX_FIELD_CHARS, SPEED_LIMITS, as_number, as_seed, as_text
 from voicelab.errors import VoiceLabError
 from voicelab.studio import GenerationRequest, PreparedGeneration, PromptClip, Take
 from voicelab.subtitles import cues, to_srt
@@ -55,6 +56,21 @@ class SpeechBody(BaseModel):
     stream_format: Literal["audio", "sse"] = "audio"
     language: str = Field("auto", description='"auto" or a language code of the loaded voice.')
     seed: int | None = Field(None, description="Fixed seed for a repeatable take (echoed in X-Seed).")
+
+    @field_validator("speed", mode="before")
+    @classmethod
+    def _speed(cls, value: object) -> float:
+        return api_field(lambda name, v: as_number("Speed", v, SPEED_LIMITS), "speed", value)
+
+    @field_validator("seed", mode="before")
+    @classmethod
+    def _seed(cls, value: object) -> int | None:
+        return api_field(lambda name, v: as_seed(v), "seed", value)
+
+    @field_validator("instructions", mode="before")
+    @classmethod
+    def _instructions(cls, value: object) -> str:
+        return api_field(lambda name, v: as_text(name, v, MAX_FIELD_CHARS), "instructions", value)
 
 
 def outcome_of(exc: Exception) -> str:

@@ -8,6 +8,7 @@ Torch-free. Every refusal is a ``VoiceLabError`` carrying the sentence a user se
 from __future__ import annotations
 
 import math
+import sys
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import replace
@@ -89,6 +90,8 @@ def validate_request(request: SynthesisRequest, capabilities: Capabilities | Non
         options = check_options(request.options, capabilities)
     if request.prompt is not None:
         check_prompt_audio(request.prompt)
+        as_text("The transcript of the prompt", request.prompt.transcript, MAX_TRANSCRIPT_CHARS)
+    as_text("The style instruction", request.instruction, MAX_FIELD_CHARS)
     text = clean_text(request.text, max_chars)
     return replace(
         request,
@@ -99,3 +102,82 @@ def validate_request(request: SynthesisRequest, capabilities: Capabilities | Non
         seed=check_seed(request.seed),
         options=options,
     )
+
+
+# ---- raw front-end values (Gradio's JSON, the HTTP API's fields) → typed values, or one sentence ----
+
+TRUE_WORDS, FALSE_WORDS = ("true",), ("false",)  # the only strings a boolean field accepts (documented)
+MAX_FIELD_CHARS = 2_000  # a style instruction, a name: bounded before anything parses it
+MAX_TRANSCRIPT_CHARS = 1_000  # what someone can say in a 30 s prompt, with room to spare
+NO_LIMIT = sys.maxsize  # the text to speak: ``clean_text`` applies the configured limit after cleaning
+
+
+def _number_from(value: object) -> float | None:
+    """A finite number from a number or a numeric string; ``None`` for anything else (booleans included)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def as_number(label: str, value: object, limits: tuple[float, float]) -> float:
+    """A number field: numbers and numeric strings within ``limits``; NaN, inf, null, lists and words refused."""
+    number = _number_from(value)
+    if number is None:
+        raise InvalidSettingError(f"{label} must be a number between {limits[0]:g} and {limits[1]:g}.")
+    return check_range(label, number, limits)
+
+
+def as_whole(label: str, value: object, limits: tuple[int, int]) -> int:
+    """A whole-number field (e.g. takes): 3, 3.0 and "3" are 3; 2.5, NaN and null are refused."""
+    number = _number_from(value)
+    if number is None or not number.is_integer() or not limits[0] <= number <= limits[1]:
+        raise InvalidSettingError(f"{label} must be a whole number from {limits[0]} to {limits[1]}.")
+    return int(number)
+
+
+def as_seed(value: object) -> int | None:
+    """The seed box: blank, null or negative means a fresh random seed; otherwise a whole number in range."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    number = _number_from(value)
+    if number is None or not number.is_integer():
+        raise InvalidSettingError("The seed must be a whole number (or -1 for a random seed).")
+    if number < 0:
+        return None
+    return check_seed(int(value) if isinstance(value, int) else int(number))
+
+
+def as_bool(label: str, value: object) -> bool:
+    """A yes/no field: only true/false (or the strings "true"/"false"); "yes", 1 and null are refused."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
+    raise InvalidSettingError(f"{label} must be true or false.")
+
+
+def as_text(label: str, value: object, max_chars: int = MAX_FIELD_CHARS) -> str:
+    """A free-text field: a string (null is empty), at most ``max_chars``; lists, dicts and numbers refused."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidSettingError(f"{label} must be plain text, not a list, a number or an object.")
+    if len(value) > max_chars:
+        raise InvalidSettingError(f"{label} is {len(value):,} characters long; the limit is {max_chars:,}.")
+    return value
+
+
+def as_choice(label: str, value: object, choices: tuple[str, ...], default: str) -> str:
+    """A dropdown: one of ``choices`` (null or blank is ``default``)."""
+    if value is None or value == "":
+        return default
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidSettingError(f"{label} must be one of: {', '.join(choices)}.")
+    return value

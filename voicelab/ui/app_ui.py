@@ -18,12 +18,14 @@ from voicelab.history import History
 from voicelab.settings import Settings
 from voicelab.studio import GenerationService
 from voicelab.ui import handlers as actions
+from voicelab.ui.cache import UploadCache
 from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
+from voicelab.ui.edges import GuardedBlocks
 from voicelab.ui.handlers import Studio
-from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
+from voicelab.ui.history_tab import HistoryBrowser, HistoryView, ReuseTargets, history_layout, wire_history
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
-from voicelab.ui.serving import configure_environment
+from voicelab.ui.serving import cache_cleanup, configure_environment, history_admins
 from voicelab.ui.speak_tab import SpeakView, can_stream, speak_layout
 from voicelab.ui.voices_tab import VoiceLibrary, VoicePickerView, voice_picker_layout
 from voicelab.voices import VOICES_DIRNAME, VoiceStore
@@ -40,6 +42,7 @@ class Views:
     history_tab: gr.Tab
     history: HistoryView
     panel: PanelView
+    tabs: gr.Tabs
 
 
 @dataclass(frozen=True)
@@ -67,17 +70,21 @@ def build_ui(
     history.sweep()
     store = voices or VoiceStore(paths.outputs / VOICES_DIRNAME)
     library = VoiceLibrary(store, paths.gradio_temp)
+    cache = UploadCache(
+        paths.gradio_temp, settings.upload_cache_max_age_min * 60, int(settings.upload_cache_max_mb * 2**20)
+    )
+    cache.prune()
     handlers = Handlers(
-        Studio(service, paths.gradio_temp, can_stream(), store),
-        HistoryBrowser(history),
+        Studio(service, paths.gradio_temp, can_stream(), store, cache),
+        HistoryBrowser(history, cache, history_admins(settings)),
         ResourcePanel(client, telemetry),
     )
-    with gr.Blocks(title="VoiceLab", analytics_enabled=False, delete_cache=(3600, 24 * 3600)) as demo:
+    with GuardedBlocks(title="VoiceLab", analytics_enabled=False, delete_cache=cache_cleanup(settings)) as demo:
         gr.Markdown("# VoiceLab\nVoice cloning and instruction-controlled speech that keeps running.")
         if paths.notice:
             gr.HTML(f'<p class="vl-warning">{html.escape(paths.notice)}</p>', elem_id="storage-notice")
         with gr.Row():
-            with gr.Column(scale=3), gr.Tabs():
+            with gr.Column(scale=3), gr.Tabs() as tabs:
                 with gr.Tab("Speak", id="speak"):
                     speak = speak_layout()
                 with gr.Tab("Clone", id="clone"):
@@ -89,7 +96,7 @@ def build_ui(
                     history_view = history_layout()
             with gr.Column(scale=2, min_width=320):
                 panel = panel_layout()
-        _wire(demo, Views(speak, clone, design, history_tab, history_view, panel), handlers, settings)
+        _wire(demo, Views(speak, clone, design, history_tab, history_view, panel, tabs), handlers, settings)
         wire_voices(demo, picker, clone, design, library)
     return demo
 
@@ -113,6 +120,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         inputs=speak.inputs,
         outputs=[speak.live, speak.subtitles, speak.audio, speak.meta],
         api_name="speak",
+        preprocess=False,
         **limit,
     ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
     gr.on(
@@ -121,6 +129,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         inputs=clone.inputs,
         outputs=[clone.live, clone.subtitles, clone.audio, clone.meta, clone.figures],
         api_name="clone",
+        preprocess=False,
         **limit,
     ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
     gr.on(
@@ -129,6 +138,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         inputs=design.inputs,
         outputs=[*design.takes_audio, design.meta, design.parsed],
         api_name="design",
+        preprocess=False,
         **limit,
     ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
 
@@ -143,24 +153,24 @@ def _wire_design_helpers(design: DesignView) -> None:
 
 
 def _wire_history(demo: gr.Blocks, views: Views, handlers: Handlers) -> None:
-    history = views.history
-    shown = [history.audio, history.files, history.details]
-    refreshers = [history.refresh.click, views.history_tab.select, demo.load]
-    gr.on(refreshers, handlers.history.refresh, outputs=history.listing, api_name="history_list")
-    history.entry.input(handlers.history.show, inputs=history.entry, outputs=shown, api_name="history_show")
-    history.table.select(handlers.history.select_row, outputs=history.entry, **QUIET).then(
-        handlers.history.show, inputs=history.entry, outputs=shown, **QUIET
+    speak, clone, design = views.speak, views.clone, views.design
+    targets = ReuseTargets(
+        views.tabs,
+        clone.prompt,
+        clone.transcript,
+        tuple(speak.inputs),
+        tuple(clone.inputs[2:]),
+        (design.text, design.instruction, *design.controls),
     )
-    history.delete.click(
-        handlers.history.delete, inputs=history.entry, outputs=history.listing, api_name="history_delete"
-    )
+    wire_history(demo, views.history, views.history_tab, handlers.history, targets)
+    demo.unload(handlers.studio.end_session)
 
 
 def _wire_panel(demo: gr.Blocks, panel: PanelView, handler: ResourcePanel) -> None:
     ticks: dict[str, Any] = {"concurrency_limit": None, **QUIET}
     gr.on([panel.fast_timer.tick, demo.load], handler.gauges, outputs=panel.gauges, **ticks)
     gr.on([panel.slow_timer.tick, demo.load], handler.timeline, outputs=panel.timeline, **ticks)
-    control: dict[str, Any] = {"concurrency_id": "control", "concurrency_limit": 1}
+    control: dict[str, Any] = {"concurrency_id": "control", "concurrency_limit": 1, "preprocess": False}
     panel.clean.click(
         handler.clean_cache, inputs=panel.clear_profiles, outputs=panel.report, api_name="clean_cache", **control
     )
@@ -185,7 +195,12 @@ def wire_voices(
         inputs=[picker.name, clone.prompt, clone.transcript],
         outputs=[picker.picker, picker.status],
         api_name="voice_save",
+        preprocess=False,
     )
     picker.delete.click(
-        library.delete, inputs=picker.picker, outputs=[picker.picker, picker.status], api_name="voice_delete"
+        library.delete,
+        inputs=picker.picker,
+        outputs=[picker.picker, picker.status],
+        api_name="voice_delete",
+        preprocess=False,
     )

@@ -12,22 +12,30 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import hashlib
-import inspect
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import gradio as gr
 import numpy as np
 
 from voicelab.backends.mandarin import LICENSE_NOTICE as MANDARIN_LICENSE
 from voicelab.engine.messages import ChunkReady, SynthesisResult
+from voicelab.engine.validation import (
+    MAX_TRANSCRIPT_CHARS,
+    NO_LIMIT,
+    SILENCE_LIMITS,
+    SPEED_LIMITS,
+    as_number,
+    as_seed,
+    as_text,
+    as_whole,
+)
 from voicelab.errors import InvalidPromptError, StorageError, VoiceLabError
 from voicelab.history import encode_wav
 from voicelab.instruct.controls import UNSPECIFIED, controls_to_style, resolve_style
@@ -36,50 +44,18 @@ from voicelab.instruct.presets import get_preset
 from voicelab.instruct.style import Style
 from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Take
 from voicelab.subtitles import cues, to_srt
+from voicelab.ui.cache import UploadCache
+from voicelab.ui.edges import login_of, shows_errors, upload_path
+from voicelab.ui.edges import seed_for as seed_for  # re-exported: older callers import it from here
 from voicelab.voice.prompt import PromptAudio
 from voicelab.voices import VoiceStore
 
 log = logging.getLogger(__name__)
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
 AudioValue = str | tuple[int, np.ndarray]
 DISK_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 CONTROL_NAMES = ("age", "gender", "pitch", "pitch_variation", "volume", "speed", "emotion")  # controls_to_style order
 SpeakOutputs = tuple[Any, Any, Any, str]  # live chunk, subtitles file, saved audio, status line
-
-
-def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
-    """Show a VoiceLabError as a Gradio error popup carrying exactly its sentence (generators too)."""
-    if inspect.isgeneratorfunction(handler):
-
-        @functools.wraps(handler)
-        def stream(*args: P.args, **kwargs: P.kwargs) -> Any:
-            try:
-                yield from handler(*args, **kwargs)  # type: ignore[misc]
-            except VoiceLabError as exc:
-                log.info("shown to the user: %s", exc)
-                raise gr.Error(str(exc), print_exception=False) from exc
-
-        return stream  # type: ignore[return-value]
-
-    @functools.wraps(handler)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return handler(*args, **kwargs)
-        except VoiceLabError as exc:
-            log.info("shown to the user: %s", exc)
-            raise gr.Error(str(exc), print_exception=False) from exc
-
-    return wrapper
-
-
-def seed_for(value: float | None) -> int | None:
-    """The seed box: blank or negative means a fresh random seed (shown afterwards)."""
-    if value is None or value < 0:
-        return None
-    return int(value)
 
 
 def metadata_line(result: SynthesisResult) -> str:
@@ -121,11 +97,18 @@ class Studio:
         cache_dir: Path | None = None,
         streaming: bool = True,
         voices: VoiceStore | None = None,
+        cache: UploadCache | None = None,
     ) -> None:
         self.service = service
         self.cache_dir = cache_dir
         self.streaming = streaming
         self.voices = voices
+        self.cache = cache
+
+    def end_session(self, request: gr.Request) -> None:
+        """The browser tab closed: the prompts it uploaded leave Gradio's cache."""
+        if self.cache is not None:
+            self.cache.end_session(request.session_hash)
 
     def saved_prompt(self, voice_id: str | None) -> PromptClip | None:
         """A saved voice as the prompt to clone (None: the built-in voices as they are)."""
@@ -136,11 +119,21 @@ class Studio:
         voice = self.voices.get(voice_id)
         return PromptClip(voice.clip_path, voice.transcript)
 
-    def options(self, noise_scale: float | None, noise_w: float | None) -> dict[str, float]:
-        """The Advanced sliders, kept only where the loaded backend has such an option."""
-        names = {o.name for o in self.service.capabilities().options}
+    def options(self, noise_scale: object, noise_w: object) -> dict[str, float]:
+        """The Advanced sliders, kept only where the loaded backend has such an option (checked by its limits)."""
+        capabilities = self.service.capabilities()
         given = {"noise_scale": noise_scale, "noise_w": noise_w}
-        return {k: float(v) for k, v in given.items() if v is not None and k in names}
+        checked: dict[str, float] = {}
+        for name, value in given.items():
+            spec = capabilities.option(name)
+            if value is not None and spec is not None:
+                checked[name] = as_number(spec.label, value, (spec.low, spec.high))
+        return checked
+
+    def prune(self) -> None:
+        """Keep Gradio's cache within its bounds before adding to it."""
+        if self.cache is not None:
+            self.cache.prune()
 
     def show(self, take: Take) -> Shown:
         """Where to play it from (the History file, else a WAV in Gradio's cache) and its status line."""
@@ -187,25 +180,27 @@ class Studio:
     def spoken_request(
         self,
         kind: str,
-        text: str,
+        text: object,
         prompt: PromptClip | None,
-        speed: float,
-        noise_scale: float,
-        noise_w: float,
-        silence_s: float,
-        seed: float | None,
-        language: str,
+        speed: object,
+        noise_scale: object,
+        noise_w: object,
+        silence_s: object,
+        seed: object,
+        language: object,
+        owner: str = "",
     ) -> GenerationRequest:
-        """The Speak and Clone tabs' widgets as one request (the same controls on both tabs)."""
+        """The Speak and Clone tabs' widgets as one request (the same controls on both tabs), raw values coerced."""
         return GenerationRequest(
-            text=text or "",
+            text=as_text("The text to speak", text, NO_LIMIT),
             kind=kind,
-            language=language or "auto",
+            language=as_text("The language", language, 16) or "auto",
             prompt=prompt,
-            speed=float(speed or 1.0),
-            seed=seed_for(seed),
-            sentence_silence_s=silence_s,
+            speed=as_number("Speed", speed, SPEED_LIMITS),
+            seed=as_seed(seed),
+            sentence_silence_s=as_number("Silence between sentences", silence_s, SILENCE_LIMITS),
             options=self.options(noise_scale, noise_w),
+            owner=owner,
         )
 
     @shows_errors
@@ -218,17 +213,19 @@ class Studio:
         silence_s: float,
         seed: float | None,
         language: str = "auto",
+        request: gr.Request | None = None,
     ) -> Iterator[SpeakOutputs]:
         """The Speak tab's Generate button."""
         controls = (speed, noise_scale, noise_w, silence_s, seed, language)
-        request = self.spoken_request("speak", text, None, *controls)
-        for live, srt, saved, status, _ in self.run_streaming(request):
+        asked = self.spoken_request("speak", text, None, *controls, owner=login_of(request))
+        self.prune()
+        for live, srt, saved, status, _ in self.run_streaming(asked):
             yield live, srt, saved, status
 
     @shows_errors
     def clone(
         self,
-        prompt_path: str | None,
+        prompt: str | dict[str, Any] | None,
         transcript: str,
         text: str,
         speed: float,
@@ -237,34 +234,61 @@ class Studio:
         silence_s: float,
         seed: float | None,
         language: str = "auto",
+        request: gr.Request | None = None,
     ) -> Iterator[tuple[Any, Any, Any, str, Any]]:
         """The Clone tab's button: the prompt's sentence comes at once, before anything is queued."""
+        prompt_path = upload_path("The voice prompt", prompt)
         if not prompt_path:
             raise InvalidPromptError("Please upload or record a voice prompt first.")
+        if self.cache is not None and not Path(prompt_path).resolve().is_relative_to(self.cache.root.resolve()):
+            raise InvalidPromptError("The voice prompt must be a file uploaded to this server; please upload it.")
+        if self.cache is not None and request is not None:
+            self.cache.remember_prompt(request.session_hash, prompt_path)
+        self.prune()
+        clip = PromptClip(prompt_path, as_text("The transcript of the prompt", transcript, MAX_TRANSCRIPT_CHARS))
         controls = (speed, noise_scale, noise_w, silence_s, seed, language)
-        request = self.spoken_request("clone", text, PromptClip(prompt_path, transcript or ""), *controls)
-        for live, srt, saved, status, shown in self.run_streaming(request):
+        asked = self.spoken_request("clone", text, clip, *controls, owner=login_of(request))
+        for live, srt, saved, status, shown in self.run_streaming(asked):
             if shown is None:
                 yield live, srt, saved, status, gr.skip()
             else:
-                prompt = shown.take.request.prompt
-                yield live, srt, saved, status, clone_figures(shown.take.result, prompt) if prompt else ""
+                used = shown.take.request.prompt
+                yield live, srt, saved, status, clone_figures(shown.take.result, used) if used else ""
 
     @shows_errors
     def design(
-        self, text: str, takes: float, voice_id: str | None, instruction: str, *choices: str | None
+        self,
+        text: str,
+        takes: float,
+        voice_id: str | None,
+        instruction: str,
+        age: str | None = UNSPECIFIED,
+        gender: str | None = UNSPECIFIED,
+        pitch: str | None = UNSPECIFIED,
+        pitch_variation: str | None = UNSPECIFIED,
+        volume: str | None = UNSPECIFIED,
+        speed: str | None = UNSPECIFIED,
+        emotion: str | None = UNSPECIFIED,
+        request: gr.Request | None = None,
     ) -> tuple[Any, ...]:
         """The Design tab's Generate: one resolved style on the built-in or a saved voice, ``takes`` fresh seeds."""
-        count = min(max(int(takes), 1), MAX_TAKES)
-        request = GenerationRequest(
-            text=text or "",
+        count = as_whole("Takes", takes, (1, MAX_TAKES))
+        chosen = (age, gender, pitch, pitch_variation, volume, speed, emotion)
+        labels = [
+            as_text(name.replace("_", " ").capitalize(), v, 64) or UNSPECIFIED
+            for name, v in zip(CONTROL_NAMES, chosen, strict=True)
+        ]
+        self.prune()
+        asked = GenerationRequest(
+            text=as_text("The text to speak", text, NO_LIMIT),
             kind="design",
-            prompt=self.saved_prompt(voice_id),
-            instruction=instruction or "",
-            style=controls_to_style(*choices),
+            prompt=self.saved_prompt(as_text("The voice", voice_id, 64)),
+            instruction=as_text("The style instruction", instruction),
+            style=controls_to_style(*labels),
             takes=count,
+            owner=login_of(request),
         )
-        generation = self.service.generate(request)
+        generation = self.service.generate(asked)
         shown = [self.show(take) for take in generation.takes]
         players = [gr.update(value=s.audio, visible=True) for s in shown]
         players += [gr.update(value=None, visible=False) for _ in range(MAX_TAKES - count)]

@@ -20,6 +20,7 @@ from PIL import Image
 from voicelab.engine.api import Engine
 from voicelab.engine.messages import AllocatorStats, CleanReport
 from voicelab.engine.status import EngineStatus
+from voicelab.engine.validation import as_bool
 from voicelab.telemetry.pictures import format_bytes, format_percent, panel_summary, segment_map_figure, timeline_figure
 from voicelab.telemetry.ring import RingBuffer
 from voicelab.telemetry.samples import MemorySample
@@ -172,12 +173,12 @@ class ResourcePanel:
 
     @shows_errors
     def clean_cache(self, clear_profiles: bool) -> str:
-        report = self.engine.clean_cache(bool(clear_profiles))
+        report = self.engine.clean_cache(as_bool("Also clear speaker profiles", clear_profiles))
         return clean_report_text(report)
 
     @shows_errors
     def soft_restart(self, force: bool) -> str:
-        report = self.engine.soft_restart(force=bool(force))
+        report = self.engine.soft_restart(force=as_bool("Force", force))
         lines = [
             f"**Soft restart** ({'forced' if report.forced else 'after the job in flight'}): "
             f"worker {report.old_pid or '—'} → {report.new_pid}, ready in {report.time_to_ready_s:.1f} s",

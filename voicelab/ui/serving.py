@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from voicelab.errors import InvalidSettingError
+from voicelab.files import display_path
 from voicelab.settings import Settings
+from voicelab.ui.edges import gradio_error_handlers
 
 log = logging.getLogger(__name__)
 
 HISTORY_DIRNAME = "history"
 GRADIO_DIRNAME = ".gradio"
-CACHE_CLEANUP = (3600, 24 * 3600)  # Gradio deletes its cached files older than a day, checking hourly
 CSS = """
 .vl-meta { font-family: ui-monospace, monospace; font-size: 0.9em; }
 .vl-panel .vl-gauge { margin: 0.2em 0 0.5em; }
@@ -69,7 +70,8 @@ def configure_environment(settings: Settings) -> ServingPaths:
             problem,
             private,
         )
-        notice = f"The outputs folder {paths.outputs} cannot be written ({problem}), so generations are not saved."
+        shown = display_path(paths.outputs)
+        notice = f"The outputs folder {shown} cannot be written ({problem}), so generations are not saved."
         paths = replace(paths, gradio_temp=private / "uploads", examples_cache=private / "examples", notice=notice)
         paths.gradio_temp.mkdir()
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
@@ -91,14 +93,30 @@ def unwritable_reason(folder: Path) -> str:
     return ""
 
 
-def parse_auth(auth: str) -> tuple[str, str] | None:
-    """``"user:password"`` → ``("user", "password")``; empty → no login."""
+def parse_auth(auth: str) -> list[tuple[str, str]] | None:
+    """``"user:password[,user2:password2]"`` → ``[("user", "password"), ...]``; empty → no login."""
     if not auth:
         return None
-    user, sep, password = auth.partition(":")
-    if not sep or not user or not password:
-        raise InvalidSettingError("The auth setting must look like user:password.")
-    return user, password
+    logins = []
+    for item in auth.split(","):
+        user, sep, password = item.strip().partition(":")
+        if not sep or not user or not password:
+            raise InvalidSettingError("The auth setting must look like user:password (several: a:pw1,b:pw2).")
+        logins.append((user, password))
+    if len({user for user, _ in logins}) != len(logins):
+        raise InvalidSettingError("The auth setting names a user twice.")
+    return logins
+
+
+def history_admins(settings: Settings) -> frozenset[str]:
+    """Logins that see every user's History (``--history-admins alice,bob``)."""
+    return frozenset(name.strip() for name in settings.history_admins.split(",") if name.strip())
+
+
+def cache_cleanup(settings: Settings) -> tuple[int, int]:
+    """Gradio's own ``delete_cache`` (frequency, age) in seconds, from the upload-cache age bound."""
+    age = max(60, int(settings.upload_cache_max_age_min * 60))
+    return min(age, 3600), age
 
 
 def launch_options(settings: Settings) -> dict[str, Any]:
@@ -120,6 +138,7 @@ def launch_options(settings: Settings) -> dict[str, Any]:
         "footer_links": ["api"],
         "show_error": True,
         "css": CSS,
+        "app_kwargs": {"exception_handlers": gradio_error_handlers()},
     }
 
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import gradio as gr
 
+from voicelab.engine.validation import MAX_TRANSCRIPT_CHARS, as_text
 from voicelab.errors import InvalidPromptError, StorageError
-from voicelab.ui.handlers import shows_errors
+from voicelab.ui.handlers import shows_errors, upload_path
 from voicelab.voices import VoiceStore
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class VoiceLibrary:
     @shows_errors
     def pick(self, voice_id: str | None) -> tuple[Any, Any]:
         """The saved clip into the prompt player, its transcript into the transcript box."""
+        voice_id = as_text("The saved voice", voice_id, 64)
         if not voice_id:
             return gr.skip(), gr.skip()
         voice = self.store.get(voice_id)
@@ -71,15 +73,22 @@ class VoiceLibrary:
         return str(target), voice.transcript
 
     @shows_errors
-    def save(self, name: str, prompt_path: str | None, transcript: str) -> tuple[Any, str]:
+    def save(self, name: str, prompt: str | dict[str, Any] | None, transcript: str) -> tuple[Any, str]:
+        prompt_path = upload_path("The voice prompt", prompt)
         if not prompt_path:
             raise InvalidPromptError("Upload or record a voice prompt first, then save it.")
         path = Path(prompt_path)
-        voice = self.store.save(name, path.read_bytes(), transcript or "", path.suffix or ".wav")
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InvalidPromptError("The voice prompt is no longer on the server; please upload it again.") from exc
+        said = as_text("The transcript of the prompt", transcript, MAX_TRANSCRIPT_CHARS)
+        voice = self.store.save(as_text("The name", name, 200), data, said, path.suffix or ".wav")
         return self.choices(voice.voice_id), f"Saved **{voice.name}** ({voice.duration_s:.1f} s of speech)."
 
     @shows_errors
     def delete(self, voice_id: str | None) -> tuple[Any, str]:
+        voice_id = as_text("The saved voice", voice_id, 64)
         if not voice_id:
             return gr.skip(), "Pick a saved voice to delete."
         voice = self.store.delete(voice_id)

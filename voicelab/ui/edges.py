@@ -1,0 +1,197 @@
+"""The studio's edge: whatever reaches a Gradio endpoint is answered in one sentence, never a Python error.
+
+Every named endpoint is wired with ``preprocess=False``, so the handlers receive the raw JSON values and
+coerce them through the one validator (``voicelab.engine.validation``'s ``as_*`` functions, which the HTTP API
+uses too). What can still fail before a handler runs is Gradio's own intake: too few values, or a file value
+that is not an upload of this server. :class:`GuardedBlocks` turns those into a ``gr.Error`` with one sentence
+(and no traceback in the log). Gradio's HTTP routes raise for an unknown endpoint name or an upload part
+without a file; :func:`gradio_error_handlers` are FastAPI exception handlers, passed through the documented
+``app_kwargs`` of ``launch`` / ``mount_gradio_app``, that answer those with a 4xx and one sentence.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
+
+import gradio as gr
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from gradio.route_utils import FnIndexInferError
+from gradio_client.utils import is_file_obj_with_meta, traverse
+
+from voicelab.engine.validation import as_seed
+from voicelab.errors import InvalidPromptError, VoiceLabError
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+FILE_COMPONENTS = (gr.Audio, gr.File)
+Handler = Callable[[Request, Exception], Coroutine[Any, Any, JSONResponse]]
+
+
+def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
+    """Show a VoiceLabError as a Gradio error popup carrying exactly its sentence (generators too)."""
+    if inspect.isgeneratorfunction(handler):
+
+        @functools.wraps(handler)
+        def stream(*args: P.args, **kwargs: P.kwargs) -> Any:
+            try:
+                yield from handler(*args, **kwargs)  # type: ignore[misc]
+            except VoiceLabError as exc:
+                log.info("shown to the user: %s", exc)
+                raise gr.Error(str(exc), print_exception=False) from exc
+            except (gr.Error, GeneratorExit):
+                raise
+            except Exception as exc:
+                raise unexpected(handler, exc) from exc
+
+        return stream  # type: ignore[return-value]
+
+    @functools.wraps(handler)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return handler(*args, **kwargs)
+        except VoiceLabError as exc:
+            log.info("shown to the user: %s", exc)
+            raise gr.Error(str(exc), print_exception=False) from exc
+        except gr.Error:
+            raise
+        except Exception as exc:
+            raise unexpected(handler, exc) from exc
+
+    return wrapper
+
+
+def unexpected(handler: Callable[..., Any], exc: Exception) -> gr.Error:
+    """A fault of ours: logged with its traceback for us, one sentence for the user."""
+    log.exception("%s failed unexpectedly", getattr(handler, "__qualname__", handler))
+    return gr.Error("Something went wrong inside VoiceLab; the server log says what.", print_exception=False)
+
+
+def seed_for(value: object) -> int | None:
+    """The seed box: blank or negative means a fresh random seed (shown afterwards)."""
+    return as_seed(value)
+
+
+def login_of(request: gr.Request | None) -> str:
+    """The logged-in user behind a call ("" without ``--auth``)."""
+    name = getattr(request, "username", None) if request is not None else None
+    return name if isinstance(name, str) else ""
+
+
+def upload_path(label: str, value: object) -> str | None:
+    """A file input as the handler gets it: Gradio's file dict (``preprocess=False``), a path, or nothing."""
+    if isinstance(value, dict):
+        value = value.get("path")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidPromptError(f"{label} must be an uploaded audio file.")
+    return value
+
+
+def parameter_names(fn: Callable[..., Any] | None) -> list[str]:
+    """The names a client sees for an endpoint's inputs (Gradio reads them from the handler's signature)."""
+    if fn is None:
+        return []
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.annotation not in (gr.Request, "gr.Request") and p.name != "request"]
+
+
+def with_defaults(block_fn: Any, inputs: list[Any]) -> list[Any]:
+    """Missing trailing values become null where the handler has a default for them (the handler decides)."""
+    wanted = len(block_fn.inputs)
+    if len(inputs) >= wanted or block_fn.fn is None:
+        return inputs
+    try:
+        params = [p for p in inspect.signature(block_fn.fn).parameters.values() if p.name != "request"]
+    except (TypeError, ValueError):
+        return inputs
+    missing = params[len(inputs) : wanted]
+    if len(missing) == wanted - len(inputs) and all(p.default is not inspect.Parameter.empty for p in missing):
+        return inputs + [None] * len(missing)
+    return inputs
+
+
+def intake_refusal(block_fn: Any, inputs: list[Any]) -> str:
+    """The one sentence for a request Gradio could not take in (``block_fn`` is Gradio's ``BlockFunction``)."""
+    name = f"/{block_fn.api_name}" if block_fn.api_name else "This action"
+    wanted = list(block_fn.inputs)
+    if len(inputs) < len(wanted):
+        names = parameter_names(block_fn.fn)[: len(wanted)]
+        listed = f" ({', '.join(names)})" if len(names) == len(wanted) else ""
+        return f"{name} takes {len(wanted)} values{listed}; {len(inputs)} were sent."
+    files = [c.label or "the file" for c in wanted if isinstance(c, FILE_COMPONENTS)]
+    if files:
+        return f"{files[0]} must be a file uploaded to this server first (POST /gradio_api/upload), or null."
+    return f"{name} could not read the values it was sent."
+
+
+class GuardedBlocks(gr.Blocks):
+    """``gr.Blocks`` whose input intake fails with one sentence instead of Gradio's multi-line report."""
+
+    async def preprocess_data(
+        self, block_fn: Any, inputs: list[Any], state: Any, explicit_call: bool = False
+    ) -> list[Any]:
+        inputs = with_defaults(block_fn, list(inputs or []))
+        try:
+            return list(await super().preprocess_data(block_fn, inputs, state, explicit_call))
+        except gr.Error:
+            raise
+        except Exception as exc:
+            sentence = intake_refusal(block_fn, list(inputs or []))
+            log.info("refused at intake: %s (%s)", sentence, type(exc).__name__)
+            raise gr.Error(sentence, print_exception=False) from exc
+
+    async def postprocess_data(self, block_fn: Any, predictions: Any, state: Any) -> list[Any]:
+        """Outputs name their files relative to the working directory, never by the server's absolute path."""
+        data = await super().postprocess_data(block_fn, predictions, state)
+        return list(traverse(data, relative_file, is_file_obj_with_meta))
+
+
+def relative_file(file: dict[str, Any]) -> dict[str, Any]:
+    """A Gradio file value with ``path`` (and the ``url`` made from it) relative to the working directory."""
+    path = file.get("path")
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return file
+    relative = os.path.relpath(path)
+    url = file.get("url")
+    if isinstance(url, str) and url.endswith(path):
+        file = {**file, "url": url[: len(url) - len(path)] + relative}
+    return {**file, "path": relative}
+
+
+def _answer(code: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message, "detail": message}, status_code=code)
+
+
+async def unknown_endpoint(request: Request, exc: Exception) -> JSONResponse:
+    log.info("%s %s: no such endpoint", request.method, request.url.path)
+    return _answer(404, "There is no such endpoint; GET /gradio_api/info lists the ones this studio has.")
+
+
+async def bad_request(request: Request, exc: Exception) -> JSONResponse:
+    """Gradio raises TypeError/KeyError for malformed bodies; outside those routes it is a real fault (500)."""
+    path = request.url.path
+    if path.endswith("/upload"):
+        log.info("%s %s: refused an upload part without a file", request.method, path)
+        return _answer(400, "Each upload must be a file part named files, with a file name.")
+    if "/queue/join" in path or "/call/" in path:
+        log.info("%s %s: refused an unknown function index", request.method, path)
+        return _answer(404, "There is no such endpoint; GET /gradio_api/info lists the ones this studio has.")
+    log.error("%s %s failed: %s: %s", request.method, path, type(exc).__name__, exc)
+    return _answer(500, "The server could not answer this request; the log says why.")
+
+
+def gradio_error_handlers() -> dict[type[Exception], Handler]:
+    """FastAPI ``exception_handlers`` for Gradio's app (``app_kwargs={"exception_handlers": ...}``)."""
+    return {FnIndexInferError: unknown_endpoint, TypeError: bad_request, KeyError: bad_request}
