@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
+from voicelab.engine import heap
 from voicelab.engine.messages import AllocatorStats, CleanReport, MemoryBlock, MemorySegment, SegmentSnapshot
 from voicelab.errors import DeviceOutOfMemoryError
 
@@ -192,6 +193,8 @@ def clean_device_cache(device: str, extra_cleanups: Sequence[tuple[str, Callable
         cleared.append(name)
     collected = gc.collect()
     cleared.append(f"Python garbage ({collected} objects)")
+    returned = heap.trim_heap()
+    cleared.append(f"freed host heap returned to the OS ({returned / 2**20:.0f} MiB)")
     cuda = _cuda_device(device)
     if cuda is not None:
         cleared.extend(_clear_cuda_caches(cuda))
@@ -213,8 +216,10 @@ def configure_allocator(environ: MutableMapping[str, str]) -> str:
     """Turn on expandable segments unless the user chose their own allocator settings; return the effective value.
 
     Must run before CUDA is initialised in the process that will use it (the worker, or the parent before it
-    spawns the worker): the caching allocator reads its settings once.
+    spawns the worker): the caching allocator reads its settings once. The host heap's settings
+    (``heap.configure_heap``: glibc arenas) are applied here too, before torch starts its threads.
     """
+    heap.configure_heap(environ)
     for name in ALLOC_CONF_VARS:
         value = environ.get(name, "").strip()
         if value:
