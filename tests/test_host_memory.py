@@ -77,7 +77,7 @@ def test_batches_are_bounded_in_rows_padded_size_and_shape() -> None:
 
 def test_a_long_sentence_is_synthesised_in_bounded_pieces() -> None:
     backend = PiperBackend()  # the front end only: no model is loaded
-    words = "the lighthouse keeper climbed the spiral stairs and counted every step aloud".split()
+    words = ["the", "lighthouse", "keeper", "climbed", "the", "spiral", "stairs", "and", "counted", "every"]
     text = " ".join(words[i % len(words)] for i in range(400))  # one 2,900-character sentence, no stop
     (sentence,) = backend.sentences(text)
     pieces = backend.pieces(sentence, 256)
@@ -87,10 +87,9 @@ def test_a_long_sentence_is_synthesised_in_bounded_pieces() -> None:
 
 
 def test_short_rss_soak_managed_holds_naive_grows_and_a_long_job_comes_back() -> None:
-    args = soak.parse_args(
-        ["--requests", "12", "--window", "4", "--ramp", "--prompt-every", "0", "--device", "cpu"]
-        + ["--naive", "--parallel", "--long-chars", "3000", "--rss-ratio", "1.10", "--rss-growth-mib", "150"]
-    )
+    workload = ["--requests", "12", "--window", "4", "--ramp", "--prompt-every", "0", "--device", "cpu"]
+    goals = ["--naive", "--parallel", "--long-chars", "3000", "--rss-ratio", "1.10", "--rss-growth-mib", "150"]
+    args = soak.parse_args([*workload, *goals])
     results = soak.run_soak(args)
     managed, naive = results["managed"], results["naive"]
     judged = {(v.mode, v.name.split(" last")[0]): v for r in results.values() for v in verdicts(r, args)}

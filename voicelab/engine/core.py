@@ -229,8 +229,7 @@ class EngineCore:
 
     def after_job(self) -> CleanReport | None:
         """Hygiene between jobs: freed host heap back to the OS, clean when the policy says so; feed the watches."""
-        if self.heap_policy.trim_after_job:
-            heap.trim_heap()
+        heap.trim_after_job(self.heap_policy)
         stats = self._job_monitor.sample()
         warning = self.leak_watch.observe(stats)
         self._device_leak = warning.message if warning is not None else self._device_leak
