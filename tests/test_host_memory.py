@@ -7,16 +7,23 @@ grows past it on the same requests; then a 3,000-character job and Clean cache b
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
+from tests.fixture_backends import ToneBackend
+from voicelab.backends.base import AudioChunk, MemoryGuard, SpeechRequest, run_plainly
 from voicelab.backends.batching import BatchPolicy, ShapeBuckets, bucket_by_length, stream_groups
 from voicelab.backends.piper.backend import PiperBackend, keep_freed_memory_for_reuse
 from voicelab.bench import soak
 from voicelab.bench.soak_report import verdicts
 from voicelab.engine.heap import RssWatch, process_rss, trim_heap
-from voicelab.engine.messages import AllocatorStats, CleanReport
-from voicelab.ui.panel import clean_report_text
+from voicelab.engine.inproc import InprocClient
+from voicelab.engine.messages import AllocatorStats, CleanReport, SynthesisRequest
+from voicelab.settings import Settings
+from voicelab.ui.panel import ResourcePanel, clean_report_text
 
 MiB = 2**20
 
@@ -46,6 +53,35 @@ def test_rss_watch_warns_with_numbers_after_warm_up_and_clears() -> None:
     assert "600 to 900 MiB" in warning.message and "+300 MiB" in warning.message and "150 MiB" in warning.message
     assert watch.observe(950 * MiB) is not None, "the warning stays while RSS stays high"
     assert watch.observe(650 * MiB) is None and watch.current is None
+
+
+class LeakyTone(ToneBackend):
+    """A backend with a real host leak: every job keeps 40 MiB of touched memory alive."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.kept: list[np.ndarray] = []
+
+    def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
+        self.kept.append(np.ones(40 * MiB // 8))
+        yield from super().synthesize(request, guard)
+
+
+def test_the_panel_warns_with_numbers_when_worker_rss_grows_after_warm_up() -> None:
+    settings = Settings(backend="tests.test_host_memory:LeakyTone", device="cpu", rss_warn_mib=100.0)
+    with InprocClient(settings) as client:
+        panel = ResourcePanel(client, None)
+        for n in range(6):  # five warm-up jobs set the baseline; the sixth is +40 MiB, within the bound
+            client.synthesize(SynthesisRequest(f"Job {n}.", seed=1))
+        client.allocator_stats()  # queued behind the last job's hygiene
+        assert "Worker host memory" not in panel.gauges()
+        for n in range(3):  # +160 MiB over the baseline
+            client.synthesize(SynthesisRequest(f"Leak {n}.", seed=1))
+        client.allocator_stats()
+        gauges = panel.gauges()
+    assert "⚠ Worker host memory (RSS) grew from" in gauges
+    growth = re.search(r"\(\+(\d+) MiB, more than the 100 MiB allowed\)", gauges)
+    assert growth is not None and 150 <= int(growth.group(1)) <= 200
 
 
 def test_clean_cache_report_shows_host_rss_before_and_after() -> None:
@@ -87,13 +123,12 @@ def test_a_long_sentence_is_synthesised_in_bounded_pieces() -> None:
 
 
 def test_short_rss_soak_managed_holds_naive_grows_and_a_long_job_comes_back() -> None:
-    workload = ["--requests", "12", "--window", "4", "--ramp", "--prompt-every", "0", "--device", "cpu"]
-    goals = ["--naive", "--parallel", "--long-chars", "3000", "--rss-ratio", "1.10", "--rss-growth-mib", "150"]
-    args = soak.parse_args([*workload, *goals])
+    workload = ["--requests", "9", "--window", "3", "--ramp", "--max-chars", "300", "--prompt-every", "0"]
+    goals = ["--naive", "--parallel", "--no-naive-long", "--long-chars", "3000", "--rss-growth-mib", "150"]
+    args = soak.parse_args([*workload, *goals, "--device", "cpu"])
     results = soak.run_soak(args)
     managed, naive = results["managed"], results["naive"]
     judged = {(v.mode, v.name.split(" last")[0]): v for r in results.values() for v in verdicts(r, args)}
-    assert judged[("managed", "worker RSS")].passed, managed.windows
     assert judged[("managed", "worker RSS growth after warm-up")].passed, managed.windows
     assert not judged[("naive", "worker RSS growth after warm-up")].passed, naive.windows
     assert naive.rss_growth > 2 * managed.rss_growth

@@ -201,7 +201,7 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
         run.latencies.append(time.perf_counter() - started)
         if index % args.window == 0 or index == args.requests:
             conn.send(("window", _window(run, index, args.window)))
-    if args.long_chars:
+    if args.long_chars and (args.naive_long or not naive):
         _long_job(run, service, args.long_chars, clean=not naive, conn=conn)
     client.close()
     conn.send(("done", None))
@@ -274,6 +274,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompt-every", type=int, default=2, help="a prompt voice on every N-th request (0: none)")
     parser.add_argument("--ramp", action="store_true", help="lengths shortest first (worst case for a heap)")
     parser.add_argument("--long-chars", type=int, default=3000, help="the long job after the soak (0: none)")
+    parser.add_argument(
+        "--naive-long", action=argparse.BooleanOptionalAction, default=True, help="the naive control's long job too"
+    )
     parser.add_argument("--rss-ratio", type=float, default=1.10, help="goal: RSS last window ÷ first")
     parser.add_argument("--rss-growth-mib", type=float, default=150.0, help="goal: RSS growth after warm-up")
     parser.add_argument("--p95-ratio", type=float, default=1.10, help="goal: p95 latency last window ÷ first")

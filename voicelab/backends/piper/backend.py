@@ -241,8 +241,9 @@ def keep_freed_memory_for_reuse(mmap_threshold: int = 512 << 20, trim_threshold:
 
     By default each decoder activation (tens of MB) is a fresh mmap whose pages the kernel faults in
     and zeroes on first touch, then returns on free: about 15 % of CPU synthesis time. With these
-    thresholds freed blocks are reused, like onnxruntime's arena; the worker's RSS stays at the
-    high-water mark of one batch instead. Process-wide; returns False where libc has no mallopt.
+    thresholds freed blocks are reused within a job, like onnxruntime's arena. glibc never hands them back
+    by itself (RSS kept the high-water mark of every batch seen), so the engine trims the heap after each
+    job (``voicelab.engine.heap``, docs/host-memory.md). Process-wide; False where libc has no mallopt.
     """
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
