@@ -171,10 +171,11 @@ def _window(run: _Run, end: int, size: int) -> Window:
 def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
     if naive:
         os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        os.environ["MALLOC_ARENA_MAX"] = "0"  # glibc's default arenas: the core leaves a user's setting alone
     else:
         from voicelab.engine.memory import configure_allocator
 
-        configure_allocator(os.environ)  # device allocator and host heap settings, before torch loads
+        configure_allocator(os.environ)  # the core caps glibc's arenas itself (engine/heap.py)
     from voicelab.engine.core import EngineCore
     from voicelab.engine.inproc import InprocClient
     from voicelab.settings import Settings

@@ -78,6 +78,8 @@ class EngineCore:
         if settings.torch_threads > 0:
             torch.set_num_threads(settings.torch_threads)
         started = time.perf_counter()
+        self.heap_policy = heap.HeapPolicy()  # the soak's naive control turns trimming off
+        heap.configure_heap(self.heap_policy, os.environ)  # before the model loads and torch starts threads
         self.backend: Backend = create_backend(settings)
         self.capabilities: Capabilities = self.backend.capabilities
         self.backend.load(self.device, self.dtype)
@@ -90,7 +92,6 @@ class EngineCore:
         self.load_s = time.perf_counter() - started
         self.leak_warning: str | None = None
         self.leak_watch = memory.LeakWatch(int(settings.leak_warn_mib * 2**20))
-        self.heap_policy = heap.HeapPolicy()  # the soak's naive control turns trimming off
         self.rss_watch = heap.RssWatch(int(settings.rss_warn_mib * 2**20))
         self._device_leak: str | None = None
         self.hygiene = memory.HygienePolicy(

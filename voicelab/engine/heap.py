@@ -13,7 +13,7 @@ import ctypes.util
 import gc
 import logging
 import os
-from collections.abc import MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import psutil
@@ -51,22 +51,21 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
-def configure_heap(environ: MutableMapping[str, str], policy: HeapPolicy | None = None) -> list[str]:
-    """Apply ``policy`` in this process (before torch loads) and in ``environ`` for processes it spawns.
+def configure_heap(policy: HeapPolicy, environ: Mapping[str, str]) -> list[str]:
+    """Apply ``policy`` to this process's heap; call before the model loads and torch starts its threads.
 
-    The user's own ``MALLOC_ARENA_MAX`` / ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` win. Returns what was set.
+    ``mallopt(M_ARENA_MAX)`` takes effect for arenas created afterwards, so no environment variable (read by
+    glibc only at process start) is needed. A user's own ``MALLOC_ARENA_MAX`` in ``environ`` wins. oneDNN reads
+    its cache capacity when it first builds a primitive, so that one goes through the environment.
     """
-    policy = policy or HeapPolicy()
     applied: list[str] = []
     if policy.onednn_cache and not environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"):
-        environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(policy.onednn_cache)
+        os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(policy.onednn_cache)
         applied.append(f"ONEDNN_PRIMITIVE_CACHE_CAPACITY={policy.onednn_cache}")
-    if policy.arena_max and not environ.get("MALLOC_ARENA_MAX"):
-        environ["MALLOC_ARENA_MAX"] = str(policy.arena_max)
-        libc = _libc()
-        mallopt = getattr(libc, "mallopt", None)
-        if mallopt is not None and mallopt(M_ARENA_MAX, policy.arena_max):  # glibc reads the variable only at start
-            applied.append(f"MALLOC_ARENA_MAX={policy.arena_max}")
+    mallopt = getattr(_libc(), "mallopt", None)
+    user_set = bool(environ.get("MALLOC_ARENA_MAX"))
+    if policy.arena_max and not user_set and mallopt is not None and mallopt(M_ARENA_MAX, policy.arena_max):
+        applied.append(f"glibc arenas capped at {policy.arena_max}")
     return applied
 
 

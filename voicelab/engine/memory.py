@@ -216,10 +216,8 @@ def configure_allocator(environ: MutableMapping[str, str]) -> str:
     """Turn on expandable segments unless the user chose their own allocator settings; return the effective value.
 
     Must run before CUDA is initialised in the process that will use it (the worker, or the parent before it
-    spawns the worker): the caching allocator reads its settings once. The host heap's settings
-    (``heap.configure_heap``: glibc arenas) are applied here too, before torch starts its threads.
+    spawns the worker): the caching allocator reads its settings once.
     """
-    heap.configure_heap(environ)
     for name in ALLOC_CONF_VARS:
         value = environ.get(name, "").strip()
         if value:
