@@ -172,6 +172,7 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
     if naive:
         os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         os.environ["MALLOC_ARENA_MAX"] = "0"  # glibc's default arenas: the core leaves a user's setting alone
+        os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "1024"  # oneDNN's default capacity, likewise
     else:
         from voicelab.engine.memory import configure_allocator
 
