@@ -117,7 +117,8 @@ def test_clean_on_cpu_runs_extras_first_collects_garbage_and_says_only_what_it_d
     assert alive() is None
     assert report.cleared[0] == "speaker profiles"
     assert report.cleared[1].startswith("Python garbage (")
-    assert len(report.cleared) == 2  # no CUDA steps claimed on CPU
+    assert report.cleared[2].startswith("freed host heap returned to the OS (")
+    assert len(report.cleared) == 3  # no CUDA steps claimed on CPU
     assert report.before.worker_pid == report.after.worker_pid == os.getpid()
     assert report.duration_s >= 0
 
@@ -140,7 +141,8 @@ def test_clean_on_cuda_clears_library_caches_before_emptying_the_allocator(monke
     monkeypatch.setattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: calls.append("cublas"), raising=False)
     report = memory.clean_device_cache("cuda:0")
     assert calls == ["sync", "cufft", "cublas", "empty_cache"]
-    assert report.cleared[1:] == (
+    assert report.cleared[1].startswith("freed host heap returned to the OS (")
+    assert report.cleared[2:] == (
         "synchronised the device",
         "cuFFT plan cache",
         "cuBLAS workspaces",

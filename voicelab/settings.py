@@ -39,6 +39,7 @@ class Settings:
     auto_clean_fragmentation: float = 0.5
     idle_offload_minutes: float = 0.0  # 0 disables offloading an idle model
     leak_warn_mib: float = 64.0
+    rss_warn_mib: float = 150.0  # warn when the worker's RSS after a job exceeds its post-warm-up level by this
     torch_threads: int = 0  # 0: PyTorch's default
 
     @property

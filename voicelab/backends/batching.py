@@ -15,15 +15,75 @@ import numpy as np
 
 from voicelab.backends.base import AudioChunk, MemoryGuard
 
+CPU_PADDED_IDS = 256  # docs/host-memory.md: bounds a long job's peak RSS; batching buys no speed on CPU
 SynthesizeIds = Callable[[Sequence[Sequence[int]]], list[np.ndarray]]
 
 
 @dataclass(frozen=True)
+class ShapeBuckets:
+    """The padded shapes a batch may take: lengths (model input ids) and batch sizes, each rounded up.
+
+    Bounded shapes keep per-shape state bounded (oneDNN primitives, cuDNN plans, CUDA graphs captured per
+    shape); ``lengths`` must reach the policy's ``max_piece_ids`` so every sentence piece has a bucket.
+    """
+
+    lengths: tuple[int, ...] = (16, 32, 48, 64, 96, 128, 160, 192, 256)
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
+
+    def __post_init__(self) -> None:
+        for name, sizes in (("lengths", self.lengths), ("batch_sizes", self.batch_sizes)):
+            if not sizes or list(sizes) != sorted(set(sizes)) or sizes[0] < 1:
+                raise ValueError(f"{name} must be distinct positive sizes in increasing order, got {sizes}")
+
+    def length_for(self, n: int) -> int:
+        """The smallest bucket that holds ``n`` ids (``n`` itself past the largest)."""
+        return next((size for size in self.lengths if size >= n), n)
+
+    def batch_for(self, n: int) -> int:
+        """The smallest batch size that holds ``n`` rows (``n`` itself past the largest)."""
+        return next((size for size in self.batch_sizes if size >= n), n)
+
+
+@dataclass(frozen=True)
 class BatchPolicy:
-    """How sentences are grouped: lengths within ``max_ratio`` of the longest, and a padded-size budget."""
+    """How sentences become device batches; every bound here bounds the memory one batch can take.
+
+    max_ratio: lengths in a batch within this ratio of the longest (little padding).
+    max_padded_ids: rows times the padded length stays under this (the decoder's activations scale with it).
+    max_piece_ids: a sentence longer than this is synthesised in pieces cut at word boundaries, so a long
+    text costs more pieces, not a bigger batch. max_batch: rows per batch. buckets: pad to bounded shapes.
+    """
 
     max_ratio: float = 1.5
     max_padded_ids: int = 1024
+    max_piece_ids: int = 256
+    max_batch: int = 16
+    buckets: ShapeBuckets | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_ratio < 1 or min(self.max_padded_ids, self.max_piece_ids, self.max_batch) < 1:
+            raise ValueError("max_ratio must be >= 1 and the id and batch budgets positive")
+
+    @classmethod
+    def for_device(cls, device: str) -> BatchPolicy:
+        """CPU: one sentence piece per call (batching buys no speed there, memory grows with it); GPU: batches."""
+        if device.startswith("cuda"):
+            return cls()
+        return cls(max_padded_ids=CPU_PADDED_IDS)
+
+    def padded(self, rows: int, longest: int) -> int:
+        """The ids a batch of ``rows`` sentences, the longest ``longest`` ids, occupies once padded."""
+        if self.buckets is None:
+            return rows * longest
+        return self.buckets.batch_for(rows) * self.buckets.length_for(longest)
+
+    def fits(self, rows: int, longest: int, shortest: int) -> bool:
+        """Whether ``rows`` sentences of these extreme lengths may share one batch."""
+        return (
+            rows <= self.max_batch
+            and self.padded(rows, longest) <= self.max_padded_ids
+            and longest <= self.max_ratio * shortest
+        )
 
 
 @dataclass(frozen=True)
@@ -39,13 +99,9 @@ def bucket_by_length(lengths: Sequence[int], policy: BatchPolicy) -> list[list[i
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
     for i in order:
-        if batches:
-            batch = batches[-1]
-            longest = lengths[batch[0]]
-            fits = (len(batch) + 1) * longest <= policy.max_padded_ids
-            if fits and longest <= policy.max_ratio * lengths[i]:
-                batch.append(i)
-                continue
+        if batches and policy.fits(len(batches[-1]) + 1, lengths[batches[-1][0]], lengths[i]):
+            batches[-1].append(i)
+            continue
         batches.append([i])
     return batches
 
@@ -56,9 +112,9 @@ def stream_groups(lengths: Sequence[int], policy: BatchPolicy) -> list[list[int]
     for i, n in enumerate(lengths):
         if len(groups) > 1:
             group = groups[-1]
-            longest, shortest = max(lengths[j] for j in group), min(lengths[j] for j in group)
-            longest, shortest = max(longest, n), min(shortest, n)
-            if (len(group) + 1) * longest <= policy.max_padded_ids and longest <= policy.max_ratio * shortest:
+            longest = max(n, *(lengths[j] for j in group))
+            shortest = min(n, *(lengths[j] for j in group))
+            if policy.fits(len(group) + 1, longest, shortest):
                 group.append(i)
                 continue
         groups.append([i])

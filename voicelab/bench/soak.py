@@ -1,25 +1,31 @@
 """Soak benchmark: many varied requests in one worker, memory and latency per window, managed vs naive.
 
-    python -m voicelab bench soak --requests 500 [--device cuda] [--naive] [--prompts DIR]
+    python -m voicelab bench soak --requests 500 --naive [--device cuda] [--parallel] [--prompts DIR]
 
 Each mode runs in its own spawned process (so one cannot pollute the other's memory) on the same
-deterministic workload: text of 1-400 characters and, on every other request, one of at least four prompt
-voices. ``--naive`` adds a second run that behaves like the seed WebUIs: gradients enabled (no inference mode),
-PyTorch's default allocator, no cleaning between jobs, and a per-upload embedding dict that is never pruned.
+deterministic workload: text of 1-400 characters, every length once before any repeats (so 400 distinct
+lengths in 500 requests) and, on every other request, one of at least four prompt voices. Then one long job
+(``--long-chars``, 3,000 by default) and Clean cache. ``--naive`` adds a control that behaves like the seed
+WebUIs: gradients enabled (no inference mode), PyTorch's default allocator, no cleaning between jobs, a
+per-upload embedding dict that is never pruned, and on the host no heap trimming, glibc's default arenas and
+unbounded sentence batches. The pass/fail lines judge the managed run; the naive one is shown beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import random
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from voicelab.bench.soak_report import SoakResult, Window, print_report
 
 CORPUS = (
     "The old lighthouse keeper climbed the spiral stairs every evening at dusk. "
@@ -43,31 +49,34 @@ class SoakRequest:
     prompt_index: int | None
 
 
-@dataclass(frozen=True)
-class Window:
-    """Figures for one window of requests; memory is read at the window's end."""
+def workload(
+    n: int, prompts: int, seed: int = 0, max_chars: int = 400, prompt_every: int = 2, ramp: bool = False
+) -> list[SoakRequest]:
+    """Deterministic requests: every length in 1..max_chars once (shuffled) before any repeats.
 
-    end: int
-    p50_s: float
-    p95_s: float
-    allocated: int
-    reserved: int
-    fragmentation: float
-    nvml_used: int | None
-    rss: int
-
-
-def workload(n: int, prompts: int, seed: int = 0, max_chars: int = 400, prompt_every: int = 2) -> list[SoakRequest]:
-    """Deterministic requests: text of 1..max_chars characters, a prompt voice on every ``prompt_every``-th."""
+    ``ramp`` sorts the lengths shortest first: each request is longer than the last, the worst case for a
+    heap that keeps its high-water mark. A prompt voice goes with every ``prompt_every``-th request.
+    """
     rng = random.Random(seed)
+    lengths: list[int] = []
+    while len(lengths) < n:
+        block = list(range(1, max_chars + 1))
+        rng.shuffle(block)
+        lengths.extend(block)
+    lengths = sorted(lengths[:n]) if ramp else lengths[:n]
     out = []
-    for i in range(n):
-        length = rng.randint(1, max_chars)
-        start = rng.randrange(0, len(CORPUS) - length)
+    for i, length in enumerate(lengths):
+        start = rng.randrange(0, max(len(CORPUS) - length, 1))
         text = CORPUS[start : start + length].strip() or "Hi."
         with_prompt = prompt_every > 0 and i % prompt_every == prompt_every - 1
         out.append(SoakRequest(text, (i // prompt_every) % prompts if with_prompt else None))
     return out
+
+
+def long_text(chars: int) -> str:
+    """``chars`` characters of the corpus (repeated), cut at a word."""
+    text = (CORPUS + " ") * (chars // len(CORPUS) + 1)
+    return text[:chars].rsplit(" ", 1)[0]
 
 
 def _nvml_used_by(nvml: Any, pid: int) -> int | None:
@@ -79,10 +88,29 @@ def _nvml_used_by(nvml: Any, pid: int) -> int | None:
     return figures.used if used is None else used
 
 
+def peak_rss_since_reset() -> int | None:
+    """Peak RSS (VmHWM) since the last ``reset_peak_rss``, in bytes; None where /proc has no such line."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak-RSS window (Linux: writing 5 to clear_refs resets VmHWM)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
 def _naive_core(core: Any) -> Any:
     """Turn a managed core into what the seed apps do (see module docstring)."""
     import torch
 
+    from voicelab.backends.batching import BatchPolicy
+    from voicelab.engine.heap import HeapPolicy
     from voicelab.engine.memory import HygienePolicy
     from voicelab.engine.voicing import VoiceStage
 
@@ -99,25 +127,56 @@ def _naive_core(core: Any) -> Any:
             return cached
 
     core.grad_mode = torch.enable_grad
-    model = getattr(core.backend, "_model", None)
-    if model is not None:
-        model.requires_grad_(True)  # checkpoints loaded for training keep requires_grad=True
+    voices = getattr(core.backend, "voices", {"": core.backend})
+    for voice in voices.values():
+        model = getattr(voice, "_model", None)
+        if model is not None:
+            model.requires_grad_(True)  # checkpoints loaded for training keep requires_grad=True
+        for holder in (voice, getattr(voice, "voice", voice)):
+            if hasattr(holder, "batch_policy"):
+                holder.batch_policy = BatchPolicy(max_piece_ids=10**9)  # a long sentence is one batch
     core.voice = NaiveVoiceStage(core.device)
     core.hygiene = HygienePolicy(enabled=False)  # no cleaning between jobs
+    core.heap_policy = HeapPolicy(arena_max=0, trim_after_job=False)
     return core
+
+
+@dataclass
+class _Run:
+    """What one mode's process needs to measure its windows."""
+
+    client: Any
+    device: str
+    nvml: Any
+    latencies: list[float] = field(default_factory=list)
+
+
+def _window(run: _Run, end: int, size: int) -> Window:
+    import numpy as np
+
+    stats = run.client.allocator_stats()  # queued behind the job's after-job hygiene: RSS after it
+    recent = run.latencies[-size:]
+    return Window(
+        end=end,
+        p50_s=float(np.percentile(recent, 50)),
+        p95_s=float(np.percentile(recent, 95)),
+        allocated=stats.allocated,
+        reserved=stats.reserved,
+        fragmentation=stats.fragmentation,
+        nvml_used=_nvml_used_by(run.nvml, os.getpid()),
+        rss=stats.worker_rss,
+    )
 
 
 def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
     if naive:
         os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        os.environ["MALLOC_ARENA_MAX"] = "0"  # glibc's default arenas: the core leaves a user's setting alone
+        os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "1024"  # oneDNN's default capacity, likewise
     else:
         from voicelab.engine.memory import configure_allocator
 
-        configure_allocator(os.environ)
-    import numpy as np
-    import psutil
-
-    from voicelab.engine import memory
+        configure_allocator(os.environ)  # the core caps glibc's arenas itself (engine/heap.py)
     from voicelab.engine.core import EngineCore
     from voicelab.engine.inproc import InprocClient
     from voicelab.settings import Settings
@@ -125,71 +184,52 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
     from voicelab.telemetry.nvml import NvmlSampler
     from voicelab.voice.intake import load_prompt
 
-    nvml = NvmlSampler()
-
     settings = Settings(device=args.device, dtype=args.dtype, voice_path=args.voice, job_timeout_s=1e9)
     core = EngineCore(settings)
     if naive:
         core = _naive_core(core)
-    service = GenerationService(InprocClient(settings, core), None, settings)  # the path every front end takes
+    client = InprocClient(settings, core)
+    service = GenerationService(client, None, settings)  # the path every front end takes
     prompts = [load_prompt(path) for path in sorted(Path(args.prompts).glob("*.wav"))][: args.voices]
-    if len(prompts) < 4:
+    if args.prompt_every and len(prompts) < 4:
         raise SystemExit(f"the soak needs at least 4 prompt voices in {args.prompts}, found {len(prompts)}")
-    latencies: list[float] = []
-    windows: list[Window] = []
-    for index, item in enumerate(
-        workload(args.requests, len(prompts), args.seed, args.max_chars, args.prompt_every), start=1
-    ):
-        request = GenerationRequest(
-            item.text, seed=index, prompt=None if item.prompt_index is None else prompts[item.prompt_index]
-        )
+    run = _Run(client, core.device, NvmlSampler())
+    items = workload(args.requests, max(len(prompts), 1), args.seed, args.max_chars, args.prompt_every, args.ramp)
+    conn.send(("lengths", len({len(item.text) for item in items})))
+    for index, item in enumerate(items, start=1):
+        prompt = None if item.prompt_index is None else prompts[item.prompt_index]
         started = time.perf_counter()
-        service.generate(request)  # results come back on the host: the device work is finished
-        latencies.append(time.perf_counter() - started)
+        service.generate(GenerationRequest(item.text, seed=index, prompt=prompt))  # results are on the host
+        run.latencies.append(time.perf_counter() - started)
         if index % args.window == 0 or index == args.requests:
-            stats = memory.allocator_stats(core.device)
-            recent = latencies[-args.window :]
-            windows.append(
-                Window(
-                    end=index,
-                    p50_s=float(np.percentile(recent, 50)),
-                    p95_s=float(np.percentile(recent, 95)),
-                    allocated=stats.allocated,
-                    reserved=stats.reserved,
-                    fragmentation=stats.fragmentation,
-                    nvml_used=_nvml_used_by(nvml, os.getpid()),
-                    rss=psutil.Process().memory_info().rss,
-                )
-            )
-            conn.send(("window", windows[-1]))
+            conn.send(("window", _window(run, index, args.window)))
+    if args.long_chars and (args.naive_long or not naive):
+        _long_job(run, service, args.long_chars, clean=not naive, conn=conn)
+    client.close()
     conn.send(("done", None))
 
 
-def _mib(value: int | None) -> str:
-    return "-" if value is None else f"{value / 2**20:.1f}"
+def _long_job(run: _Run, service: Any, chars: int, clean: bool, conn: Any) -> None:
+    """One long job, its peak RSS, then Clean cache (the naive control has none: the seed apps had none)."""
+    from voicelab.studio import GenerationRequest
+
+    reset_peak_rss()
+    started = time.perf_counter()
+    service.generate(GenerationRequest(long_text(chars), seed=1))
+    seconds = time.perf_counter() - started
+    after_job = run.client.allocator_stats().worker_rss
+    after_clean = run.client.clean_cache(False).after.worker_rss if clean else None
+    conn.send(("long", (chars, seconds, peak_rss_since_reset(), after_job, after_clean)))
 
 
-def _print_windows(label: str, windows: Sequence[Window]) -> None:
-    print(f"\n{label}")
-    print(
-        f"{'requests':>8} {'p50 s':>7} {'p95 s':>7} {'alloc MiB':>10} {'reserved MiB':>12} {'frag':>6} "
-        f"{'NVML MiB':>9} {'RSS MiB':>8}"
-    )
-    for w in windows:
-        print(
-            f"{w.end:>8} {w.p50_s:>7.3f} {w.p95_s:>7.3f} {_mib(w.allocated):>10} {_mib(w.reserved):>12} "
-            f"{w.fragmentation:>6.2f} {_mib(w.nvml_used):>9} {_mib(w.rss):>8}"
-        )
-
-
-def _run_in_process(naive: bool, args: argparse.Namespace) -> list[Window]:
+def _run_in_process(naive: bool, args: argparse.Namespace) -> SoakResult:
     context = mp.get_context("spawn")
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_run_mode, args=(naive, args, child), daemon=True)
     process.start()
     child.close()
-    windows: list[Window] = []
     label = "naive" if naive else "managed"
+    result = SoakResult(label)
     print(f"running {args.requests} requests, {label} ...", flush=True)
     while True:
         try:
@@ -198,20 +238,21 @@ def _run_in_process(naive: bool, args: argparse.Namespace) -> list[Window]:
             break
         if kind == "done":
             break
-        windows.append(payload)
-        print(
-            f"  {label}: {payload.end}/{args.requests}  p50 {payload.p50_s:.3f}s  p95 {payload.p95_s:.3f}s  "
-            f"alloc {_mib(payload.allocated)} MiB  reserved {_mib(payload.reserved)} MiB  RSS {_mib(payload.rss)} MiB",
-            flush=True,
-        )
+        if kind == "lengths":
+            result.distinct_lengths = payload
+        elif kind == "long":
+            result.long_chars, result.long_s, result.long_peak_rss, result.long_rss, result.clean_rss = payload
+        else:
+            result.windows.append(payload)
+            print(f"  {label}: {payload.end}/{args.requests}  {payload.progress()}", flush=True)
     process.join()
     if process.exitcode:
         raise SystemExit(f"the {label} run failed (exit code {process.exitcode})")
-    return windows
+    return result
 
 
-def _run_modes(args: argparse.Namespace) -> dict[str, list[Window]]:
-    """Managed, then naive (or both at once with --parallel: same machine load for both)."""
+def run_soak(args: argparse.Namespace) -> dict[str, SoakResult]:
+    """Managed, then naive (or both at once with --parallel: the same machine load for both)."""
     modes = {"managed": False, **({"naive": True} if args.naive else {})}
     if not args.parallel:
         return {label: _run_in_process(naive, args) for label, naive in modes.items()}
@@ -220,47 +261,37 @@ def _run_modes(args: argparse.Namespace) -> dict[str, list[Window]]:
         return {label: future.result() for label, future in futures.items()}
 
 
-def summary(label: str, windows: Sequence[Window]) -> dict[str, str]:
-    first, last = windows[0], windows[-1]
-    return {
-        "mode": label,
-        "p95 first→last": f"{first.p95_s:.3f} → {last.p95_s:.3f} s (x{last.p95_s / first.p95_s:.2f})",
-        "allocated first→last": f"{_mib(first.allocated)} → {_mib(last.allocated)} MiB "
-        f"({(last.allocated - first.allocated) / 2**20:+.2f})",
-        "reserved first→last (max)": f"{_mib(first.reserved)} → {_mib(last.reserved)} MiB "
-        f"(max {_mib(max(w.reserved for w in windows))})",
-        "NVML used first→last": f"{_mib(first.nvml_used)} → {_mib(last.nvml_used)} MiB",
-        "RSS first→last": f"{_mib(first.rss)} → {_mib(last.rss)} MiB",
-    }
-
-
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m voicelab bench soak", description=__doc__)
-    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--voice", default="", help="Piper voice file (default: the built-in voice)")
     parser.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="folder of prompt clips (*.wav, ≥ 4)")
     parser.add_argument("--voices", type=int, default=4)
-    parser.add_argument("--naive", action="store_true", help="also run the naive mode and compare")
+    parser.add_argument("--naive", action="store_true", help="also run the naive control and show it beside")
     parser.add_argument("--window", type=int, default=WINDOW)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-chars", type=int, default=400, help="longest text in the mix")
     parser.add_argument("--prompt-every", type=int, default=2, help="a prompt voice on every N-th request (0: none)")
+    parser.add_argument("--ramp", action="store_true", help="lengths shortest first (worst case for a heap)")
+    parser.add_argument("--long-chars", type=int, default=3000, help="the long job after the soak (0: none)")
+    parser.add_argument(
+        "--naive-long", action=argparse.BooleanOptionalAction, default=True, help="the naive control's long job too"
+    )
+    parser.add_argument("--rss-ratio", type=float, default=1.10, help="goal: RSS last window ÷ first")
+    parser.add_argument("--rss-growth-mib", type=float, default=150.0, help="goal: RSS growth after warm-up")
+    parser.add_argument("--p95-ratio", type=float, default=1.10, help="goal: p95 latency last window ÷ first")
     parser.add_argument("--parallel", action="store_true", help="run managed and naive at the same time")
     args = parser.parse_args(argv)
     if args.requests < 2 * args.window:
         parser.error(f"--requests must be at least {2 * args.window} to compare the first and last window")
-    results = _run_modes(args)
-    for label, windows in results.items():
-        _print_windows(label, windows)
-    print("\nfirst 50 vs last 50")
-    for label, windows in results.items():
-        for key, value in summary(label, windows).items():
-            print(f"  {key:<28} {value}")
-        print()
-    managed = results["managed"]
-    growth = (managed[-1].allocated - managed[0].allocated) / 2**20
-    print(f"managed allocated growth after warm-up: {growth:+.2f} MiB")
-    print(f"managed p95 last/first: {managed[-1].p95_s / managed[0].p95_s:.2f}")
-    return 0
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status 1 when the managed run misses a goal."""
+    args = parse_args(argv)
+    results = run_soak(args)
+    verdicts = print_report(results, args)
+    return 0 if all(v.passed for v in verdicts if v.mode == "managed") else 1

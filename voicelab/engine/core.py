@@ -20,7 +20,7 @@ import torch
 from voicelab.backends.base import AudioChunk, Backend, Capabilities, SpeechRequest, run_plainly
 from voicelab.backends.registry import create_backend
 from voicelab.backends.scripts import languages_in
-from voicelab.engine import memory
+from voicelab.engine import heap, memory
 from voicelab.engine.messages import (
     AllocatorStats,
     CleanReport,
@@ -78,6 +78,8 @@ class EngineCore:
         if settings.torch_threads > 0:
             torch.set_num_threads(settings.torch_threads)
         started = time.perf_counter()
+        self.heap_policy = heap.HeapPolicy()  # the soak's naive control turns trimming off
+        heap.configure_heap(self.heap_policy, os.environ)  # before the model loads and torch starts threads
         self.backend: Backend = create_backend(settings)
         self.capabilities: Capabilities = self.backend.capabilities
         self.backend.load(self.device, self.dtype)
@@ -90,6 +92,8 @@ class EngineCore:
         self.load_s = time.perf_counter() - started
         self.leak_warning: str | None = None
         self.leak_watch = memory.LeakWatch(int(settings.leak_warn_mib * 2**20))
+        self.rss_watch = heap.RssWatch(int(settings.rss_warn_mib * 2**20))
+        self._device_leak: str | None = None
         self.hygiene = memory.HygienePolicy(
             enabled=settings.auto_clean,
             cached_share=settings.auto_clean_cached_share,
@@ -225,11 +229,13 @@ class EngineCore:
         return memory.clean_device_cache(self.device, cleanups)
 
     def after_job(self) -> CleanReport | None:
-        """Hygiene between jobs: clean when the policy says so; feed the leak watch."""
+        """Hygiene between jobs: freed host heap back to the OS, clean when the policy says so; feed the watches."""
+        heap.trim_after_job(self.heap_policy)
         stats = self._job_monitor.sample()
         warning = self.leak_watch.observe(stats)
-        if warning is not None:
-            self.leak_warning = warning.message
+        self._device_leak = warning.message if warning is not None else self._device_leak
+        host = self.rss_watch.observe(stats.worker_rss)
+        self.leak_warning = " ".join(m for m in (self._device_leak, host and host.message) if m) or None
         reason = self.hygiene.should_clean(stats, memory.device_total(self.device))
         if reason is None:
             return None

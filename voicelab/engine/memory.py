@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
+from voicelab.engine import heap
 from voicelab.engine.messages import AllocatorStats, CleanReport, MemoryBlock, MemorySegment, SegmentSnapshot
 from voicelab.errors import DeviceOutOfMemoryError
 
@@ -192,6 +193,8 @@ def clean_device_cache(device: str, extra_cleanups: Sequence[tuple[str, Callable
         cleared.append(name)
     collected = gc.collect()
     cleared.append(f"Python garbage ({collected} objects)")
+    returned = heap.trim_heap()
+    cleared.append(f"freed host heap returned to the OS ({returned / 2**20:.0f} MiB)")
     cuda = _cuda_device(device)
     if cuda is not None:
         cleared.extend(_clear_cuda_caches(cuda))

@@ -215,11 +215,11 @@ def _summary_from(stats: AllocatorStats | None) -> dict[str, str]:
 def _compare(before: AllocatorStats | None, after: AllocatorStats | None) -> list[str]:
     """Before → after lines of the figures a clean or restart changes ("—" where a side is unknown)."""
     figures = [
+        ("worker RSS", lambda s: format_bytes(s.worker_rss)),  # host memory first: it is all a CPU box has
         ("reserved", lambda s: format_bytes(s.reserved)),
         ("allocated", lambda s: format_bytes(s.allocated)),
         ("cached free", lambda s: format_bytes(s.cached_free)),
         ("fragmentation", lambda s: format_percent(s.fragmentation, 1)),
-        ("worker RSS", lambda s: format_bytes(s.worker_rss)),
     ]
     return [
         f"- {name}: {'—' if before is None else show(before)} → {'—' if after is None else show(after)}"

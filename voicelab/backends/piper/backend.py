@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from piper.phoneme_ids import phonemes_to_ids
 
 from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, OptionSpec, SpeechRequest, run_plainly
 from voicelab.backends.batching import BatchPolicy, SentenceIds, bucket_by_length, grouped_chunks
@@ -67,6 +68,7 @@ class PiperBackend:
         )
         self.voice_name = self.config.name
         self.sample_rate = self.config.sample_rate
+        self._chosen_policy = batch_policy
         self.batch_policy = batch_policy or BatchPolicy()
         self.frontend = PiperFrontend(self.config)
         self.device = "cpu"
@@ -116,6 +118,7 @@ class PiperBackend:
         model.dec.to(DTYPES[dtype])
         self._model = model.to(target)
         self.device, self.dtype = str(target), dtype
+        self.batch_policy = self._chosen_policy or BatchPolicy.for_device(self.device)
         logger.info("loaded piper voice %s on %s (%s)", self.voice_name, self.device, self.dtype)
 
     def unload(self) -> None:
@@ -134,7 +137,8 @@ class PiperBackend:
 
     def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
         """One chunk per group of sentences, in text order; every chunk but the first starts with the silence."""
-        sentences = [SentenceIds(s.text, s.ids) for s in self.frontend.sentences(request.text)]
+        limit = self.batch_policy.max_piece_ids
+        sentences = [piece for s in self.frontend.sentences(request.text) for piece in self.pieces(s, limit)]
         controls = self.controls_for(request)
         generator = torch.Generator(device=self.device).manual_seed(request.seed)
 
@@ -144,6 +148,21 @@ class PiperBackend:
         language = self.capabilities.languages[0]
         chunk = (self.sample_rate, language, request.sentence_silence_s)
         yield from grouped_chunks(sentences, run, guard, self.batch_policy, chunk)
+
+    def pieces(self, sentence: Sentence, max_ids: int) -> list[SentenceIds]:
+        """The sentence as pieces of at most ``max_ids`` ids, cut between words (within a word past that)."""
+        if len(sentence.ids) <= max_ids:
+            return [SentenceIds(sentence.text, sentence.ids)]
+        table = self.config.phoneme_id_map
+        pieces: list[list[str]] = [[]]
+        for phoneme in sentence.phonemes:
+            if len(phonemes_to_ids([*pieces[-1], phoneme], table)) > max_ids:
+                cut = len(pieces[-1]) - pieces[-1][::-1].index(" ") if " " in pieces[-1][1:] else len(pieces[-1])
+                pieces[-1], rest = pieces[-1][:cut], pieces[-1][cut:]
+                pieces.append(rest)
+            pieces[-1].append(phoneme)
+        texts = _split_words(sentence.text, [len(piece) for piece in pieces])
+        return [SentenceIds(t, tuple(phonemes_to_ids(p, table))) for t, p in zip(texts, pieces, strict=True)]
 
     def controls_for(self, request: SpeechRequest) -> VitsControls:
         """The request's speed and options as VITS scales (the voice's own where not given)."""
@@ -166,7 +185,9 @@ class PiperBackend:
         sid = torch.full((1,), self.config.default_speaker_id, dtype=torch.long)
         with torch.inference_mode():
             for batch in bucket_by_length(lengths, self.batch_policy):
-                ids = torch.zeros(len(batch), max(lengths[i] for i in batch), dtype=torch.long)
+                longest = max(lengths[i] for i in batch)
+                buckets = self.batch_policy.buckets
+                ids = torch.zeros(len(batch), buckets.length_for(longest) if buckets else longest, dtype=torch.long)
                 for row, i in enumerate(batch):
                     ids[row, : lengths[i]] = torch.as_tensor(sentences[i], dtype=torch.long)
                 device = next(model.parameters()).device
@@ -202,13 +223,27 @@ class PiperBackend:
         return float(noise_scale), float(length_scale), float(noise_w)
 
 
+def _split_words(text: str, weights: list[int]) -> list[str]:
+    """``text`` cut between words into ``len(weights)`` parts of roughly these relative sizes."""
+    words, total = text.split(), sum(weights) or 1
+    parts: list[str] = []
+    start = seen = 0
+    for weight in weights:
+        seen += weight
+        end = len(words) if len(parts) == len(weights) - 1 else round(len(words) * seen / total)
+        parts.append(" ".join(words[start:end]))
+        start = max(start, end)
+    return parts
+
+
 def keep_freed_memory_for_reuse(mmap_threshold: int = 512 << 20, trim_threshold: int = 1 << 30) -> bool:
     """Ask glibc to serve big tensors from its heap and keep freed memory for the next ones.
 
     By default each decoder activation (tens of MB) is a fresh mmap whose pages the kernel faults in
     and zeroes on first touch, then returns on free: about 15 % of CPU synthesis time. With these
-    thresholds freed blocks are reused, like onnxruntime's arena; the worker's RSS stays at the
-    high-water mark of one batch instead. Process-wide; returns False where libc has no mallopt.
+    thresholds freed blocks are reused within a job, like onnxruntime's arena. glibc never hands them back
+    by itself (RSS kept the high-water mark of every batch seen), so the engine trims the heap after each
+    job (``voicelab.engine.heap``, docs/host-memory.md). Process-wide; False where libc has no mallopt.
     """
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

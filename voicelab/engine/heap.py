@@ -1,0 +1,177 @@
+"""Worker-side host heap hygiene: glibc's arenas, freed heap handed back to the OS, and a watch on RSS.
+
+Measured in docs/host-memory.md: on CPU the worker's RSS grew with every new text length and never came back,
+because freed decoder activations stayed in glibc's heap (and in one heap per thread). ``configure_heap`` caps
+the arenas; ``trim_heap`` returns the free pages after each job and on Clean cache; ``RssWatch`` warns when
+RSS after a job stays above its post-warm-up baseline. Torch-free, so the UI process may import it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import psutil
+
+logger = logging.getLogger(__name__)
+
+MiB = 2**20
+M_ARENA_MAX = -8  # from glibc's malloc.h
+
+
+@dataclass(frozen=True)
+class HeapPolicy:
+    """How the worker's host heap is kept in check.
+
+    arena_max: glibc malloc arenas (``MALLOC_ARENA_MAX``); 0 keeps glibc's default of 8 per core.
+    trim_after_job: hand freed heap back to the OS (``malloc_trim``) after a job, not only on Clean cache, once
+    glibc holds more than ``trim_above`` bytes free (a trim costs tens of ms; the pages fault back in next job).
+    onednn_cache: oneDNN's primitive cache capacity (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``); 0 keeps its default
+    of 1,024 primitives, which held ~130 MiB more RSS on CPU than 64 for no measurable speed (docs/host-memory.md).
+    """
+
+    arena_max: int = 2
+    trim_after_job: bool = True
+    trim_above: int = 32 * MiB
+    onednn_cache: int = 64
+
+    def __post_init__(self) -> None:
+        if self.arena_max < 0 or self.onednn_cache < 0:
+            raise ValueError("arena_max and onednn_cache must be >= 0 (0 keeps the library's default)")
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def configure_heap(policy: HeapPolicy, environ: Mapping[str, str]) -> list[str]:
+    """Apply ``policy`` to this process's heap; call before the model loads and torch starts its threads.
+
+    ``mallopt(M_ARENA_MAX)`` takes effect for arenas created afterwards, so no environment variable (read by
+    glibc only at process start) is needed. A user's own ``MALLOC_ARENA_MAX`` in ``environ`` wins. oneDNN reads
+    its cache capacity when it first builds a primitive, so that one goes through the environment.
+    """
+    applied: list[str] = []
+    if policy.onednn_cache and not environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"):
+        os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(policy.onednn_cache)
+        applied.append(f"ONEDNN_PRIMITIVE_CACHE_CAPACITY={policy.onednn_cache}")
+    mallopt = getattr(_libc(), "mallopt", None)
+    user_set = bool(environ.get("MALLOC_ARENA_MAX"))
+    if policy.arena_max and not user_set and mallopt is not None and mallopt(M_ARENA_MAX, policy.arena_max):
+        applied.append(f"glibc arenas capped at {policy.arena_max}")
+    return applied
+
+
+def process_rss() -> int:
+    """This process's resident set size in bytes."""
+    return int(psutil.Process(os.getpid()).memory_info().rss)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+def free_heap_bytes() -> int | None:
+    """Bytes glibc holds free in its heaps (``mallinfo2().fordblks``, all arenas); None without glibc 2.33+."""
+    mallinfo2 = getattr(_libc(), "mallinfo2", None)
+    if mallinfo2 is None:
+        return None
+    mallinfo2.restype = _MallInfo2
+    return int(mallinfo2().fordblks)
+
+
+def trim_heap(collect: bool = True) -> int:
+    """Return glibc's free heap pages to the OS (after a garbage collection if ``collect``); the RSS given back.
+
+    ``malloc_trim(0)`` releases free memory at the top of every arena and the whole free pages inside them.
+    Where libc has no ``malloc_trim`` (musl, or another allocator preloaded) only the collection runs. A full
+    ``gc.collect()`` walks every Python object (0.2-0.8 s on a busy 2-core box), so jobs trim without it.
+    """
+    before = process_rss()
+    if collect:
+        gc.collect()
+    malloc_trim = getattr(_libc(), "malloc_trim", None)
+    if malloc_trim is not None:
+        malloc_trim(0)
+    return max(before - process_rss(), 0)
+
+
+def trim_after_job(policy: HeapPolicy) -> int:
+    """The between-job trim: only when the policy asks and glibc holds more than ``trim_above`` free."""
+    if not policy.trim_after_job:
+        return 0
+    free = free_heap_bytes()
+    if free is not None and free < policy.trim_above:
+        return 0
+    return trim_heap(collect=False)
+
+
+@dataclass(frozen=True)
+class RssWarning:
+    """The worker's RSS after a job stayed above its post-warm-up baseline by more than the bound."""
+
+    baseline_bytes: int
+    current_bytes: int
+    bound_bytes: int
+    jobs_observed: int
+
+    @property
+    def growth_bytes(self) -> int:
+        return self.current_bytes - self.baseline_bytes
+
+    @property
+    def message(self) -> str:
+        return (
+            f"Worker host memory (RSS) grew from {self.baseline_bytes / MiB:.0f} to {self.current_bytes / MiB:.0f} MiB "
+            f"(+{self.growth_bytes / MiB:.0f} MiB, more than the {self.bound_bytes / MiB:.0f} MiB allowed) over "
+            f"{self.jobs_observed} jobs; Clean cache or a soft restart will release it."
+        )
+
+
+class RssWatch:
+    """Watches the worker's RSS after each (trimmed) job, ignoring the warm-up jobs.
+
+    The baseline is the RSS after the ``warmup_jobs``-th job. A warning is raised once per excursion above
+    ``baseline + bound_bytes``; ``current`` stays set until RSS is back under the bound.
+    """
+
+    def __init__(self, bound_bytes: int, warmup_jobs: int = 5) -> None:
+        if bound_bytes <= 0 or warmup_jobs < 1:
+            raise ValueError("bound_bytes must be positive and warmup_jobs at least 1")
+        self.bound_bytes = bound_bytes
+        self.warmup_jobs = warmup_jobs
+        self.jobs_observed = 0
+        self.baseline: int | None = None
+        self.current: RssWarning | None = None
+
+    def observe(self, rss: int) -> RssWarning | None:
+        """Record RSS after a job; the warning while RSS is above the bound (logged once per excursion)."""
+        self.jobs_observed += 1
+        if self.jobs_observed < self.warmup_jobs:
+            return None
+        if self.baseline is None:
+            self.baseline = rss
+            return None
+        if rss - self.baseline <= self.bound_bytes:
+            self.current = None
+            return None
+        if self.current is None:
+            logger.warning("%s", RssWarning(self.baseline, rss, self.bound_bytes, self.jobs_observed).message)
+        self.current = RssWarning(self.baseline, rss, self.bound_bytes, self.jobs_observed)
+        return self.current
+
+    def reset(self) -> None:
+        self.jobs_observed = 0
+        self.baseline = None
+        self.current = None
