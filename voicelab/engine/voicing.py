@@ -88,6 +88,7 @@ class VoicePlan:
 def style_transform(adjust: StyleAdjust) -> VoiceTransform:
     """The signal-level part of a style (its speed part goes to the backend's speaking rate)."""
     return VoiceTransform(
+        f0_target_hz=adjust.f0_target_hz,
         pitch_semitones=adjust.pitch_semitones,
         pitch_range=adjust.pitch_range,
         formant_factor=adjust.formant_factor,
