@@ -181,9 +181,11 @@ def stretch(a: Analysis, ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return out, positions
 
 
-def resample_back(z: torch.Tensor, positions: torch.Tensor, ratio: torch.Tensor, grid: Grid, n: int) -> torch.Tensor:
+def resample_back(z: torch.Tensor, positions: torch.Tensor, grid: Grid, n: int) -> torch.Tensor:
     """Read the stretched signal back on the original time grid (B, n): windowed sinc, low-passed where faster."""
     taps = 16
+    if positions.shape[1] < 2:  # one frame: nothing was stretched
+        positions = torch.cat([positions, positions + grid.hop], dim=1)
     t_frames = positions.shape[1]
     time = torch.arange(n, device=z.device, dtype=torch.float32) / grid.hop
     frame = time.floor().long().clamp(max=t_frames - 2)
@@ -202,50 +204,39 @@ def resample_back(z: torch.Tensor, positions: torch.Tensor, ratio: torch.Tensor,
 
 
 def render(a: Analysis, c: Controls, seed: int = 0) -> torch.Tensor:
-    """The transformed batch (B, N), before loudness; rows that keep pitch and formants keep their phases.
-
-    Pitch: time-stretch by the frame's ratio, read back at the original rate (pitch and formants both move by
-    the ratio), then each frame's envelope is replaced by the original one warped by the formant factor.
-    """
+    """The transformed batch (B, N), before loudness; rows that keep pitch and formants keep their phases."""
     grid, (b, t, k) = a.grid, a.spec.shape
-    length = int(a.lengths.max())
-    ratio = pitch_ratio(a, c)
-    window = _window(grid, a.spec.device)
-    z, positions = stretch(a, ratio)
-    y = resample_back(z, positions, ratio, grid, length)
-    spec = torch.stft(y, grid.n_fft, grid.hop, window=window, center=True, pad_mode="constant", return_complex=True)
-    spec = spec.transpose(1, 2)[:, :t]
-    log_mag = torch.log(spec.abs() + _EPS)
-    new_f0 = (voiced_median(a.f0) * ratio.median(dim=1).values).clamp_min(1.0)
-    period = torch.where(
-        voiced_median(a.f0) > 0, a.sample_rate / new_f0, torch.full_like(new_f0, a.sample_rate / 200.0)
-    )
-    current = cepstral_envelope(log_mag, LIFTER_PERIODS * period, grid.n_fft)
     bins = torch.arange(k, device=a.spec.device, dtype=torch.float32)
     env = _lerp(a.log_env, (bins / c.formant.view(-1, 1, 1)).expand(b, t, k))
     eq = c.eq_db.unsqueeze(1) * (math.log(10.0) / 20.0)
-    correction = (env - current).clamp(-6.0, 6.0)
-    rumble = bins.view(1, 1, -1) < (0.7 * new_f0 * grid.n_fft / a.sample_rate).view(-1, 1, 1)
-    correction = torch.where(rumble, torch.full_like(correction, -6.0), correction)  # nothing below the new F0
-    moved = spec * torch.exp(correction + eq)
-    kept = a.spec * torch.exp(eq)
-    out = torch.where(c.moves_pitch.view(-1, 1, 1), moved, kept)
+    out = a.spec * torch.exp(eq)
+    if bool(c.moves_pitch.any()):
+        out = torch.where(c.moves_pitch.view(-1, 1, 1), _moved(a, c, env) * torch.exp(eq), out)
     if bool(c.whisper.any()):
-        out = torch.where(c.whisper.view(-1, 1, 1), _whisper(a, env, eq, c, seed), out)
+        out = torch.where(c.whisper.view(-1, 1, 1), _whisper(a, env, eq, seed), out)
+    window = _window(grid, a.spec.device)
+    length = int(a.lengths.max())
     return torch.istft(out.transpose(1, 2), grid.n_fft, grid.hop, window=window, center=True, length=length)
 
 
-def _upper(fine: torch.Tensor, f0_bins: float) -> torch.Tensor:
-    """The harmonic peaks' level along frequency (B, T, K): a max over about one F0, smoothed as wide."""
-    half = max(1, int(0.5 * f0_bins))
-    shape = fine.shape
-    rows = fine.reshape(-1, 1, shape[-1])
-    peak = F.max_pool1d(rows, 2 * half + 1, 1, half)
-    peak = F.avg_pool1d(peak, 2 * half + 1, 1, half, count_include_pad=False)
-    return peak.reshape(shape)
+def _moved(a: Analysis, c: Controls, env: torch.Tensor) -> torch.Tensor:
+    """Pitch moved (B, T, K): time-stretch by each frame's ratio, read back at the original rate (pitch and
+    formants both move by the ratio), then each frame's envelope replaced by ``env`` (the original, warped)."""
+    grid, t = a.grid, a.spec.shape[1]
+    ratio = pitch_ratio(a, c)
+    z, positions = stretch(a, ratio)
+    y = resample_back(z, positions, grid, int(a.lengths.max()))
+    window = _window(grid, a.spec.device)
+    spec = torch.stft(y, grid.n_fft, grid.hop, window=window, center=True, pad_mode="constant", return_complex=True)
+    spec = spec.transpose(1, 2)[:, :t]
+    median = voiced_median(a.f0)
+    new_f0 = (median * ratio.median(dim=1).values).clamp_min(1.0)
+    period = torch.where(median > 0, a.sample_rate / new_f0, torch.full_like(new_f0, a.sample_rate / 200.0))
+    current = cepstral_envelope(torch.log(spec.abs() + _EPS), LIFTER_PERIODS * period, grid.n_fft)
+    return spec * torch.exp((env - current).clamp(-6.0, 6.0))
 
 
-def _whisper(a: Analysis, env: torch.Tensor, eq: torch.Tensor, c: Controls, seed: int) -> torch.Tensor:
+def _whisper(a: Analysis, env: torch.Tensor, eq: torch.Tensor, seed: int) -> torch.Tensor:
     """Noise under a smoother, formant-warped envelope: speech with no voicing (B, T, K)."""
     grid = a.grid
     cutoff = torch.full((env.shape[0],), a.sample_rate / WHISPER_SMOOTH_HZ, device=env.device)
