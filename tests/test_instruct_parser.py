@@ -7,6 +7,7 @@ import random
 import pytest
 
 from voicelab.errors import InvalidSettingError
+from voicelab.instruct.controls import controls_to_style, resolve_style
 from voicelab.instruct.lexicon_en import EN_LEXICON
 from voicelab.instruct.lexicon_zh import ZH_LEXICON
 from voicelab.instruct.parser import MAX_INSTRUCTION_CHARS, parse_instruction
@@ -216,3 +217,33 @@ def test_random_word_salad_never_crashes_and_stays_in_range() -> None:
         assert style.pitch_semitones is None or abs(style.pitch_semitones) <= 12
         assert style.pitch_range is None or 0.3 <= style.pitch_range <= 2.5
         assert style.volume_db is None or abs(style.volume_db) <= 12
+
+
+@pytest.mark.parametrize(
+    ("instruction", "rendered", "not_rendered"),
+    [
+        ("用低沉沙哑的声音，很生气地说", ("低沉", "很", "生气"), ("沙哑",)),
+        ("沉稳专业, 语速适中, 吐字清晰", ("沉稳", "语速", "适中"), ("专业", "吐字清晰")),
+        ("calm and professional, at a normal pace, clear and steady", ("calm", "steady"), ("professional", "clear")),
+        ("a hoarse voice", (), ("hoarse",)),
+    ],
+)
+def test_words_that_change_nothing_are_not_listed_as_understood(
+    instruction: str, rendered: tuple[str, ...], not_rendered: tuple[str, ...]
+) -> None:
+    parsed = parse_instruction(instruction)
+    assert set(rendered) <= set(parsed.matched) and not set(not_rendered) & set(parsed.matched)
+    assert set(not_rendered) <= set(parsed.not_rendered)
+    assert parsed.not_understood == ()
+
+
+def test_sports_commentator_is_understood_whole() -> None:
+    parsed = parse_instruction("体育解说员")
+    assert parsed.not_understood == () and parsed.matched == ("体育解说员",)
+    assert parsed.style.speed is not None and parsed.style.speed > 1.0
+
+
+def test_an_overriding_dropdown_moves_its_words_to_not_rendered() -> None:
+    parsed = resolve_style("用低沉的声音说, slowly", controls_to_style(gender="female", speed="fast"))
+    assert parsed.style.pitch_semitones is None and parsed.style.speed == 1.3
+    assert {"低沉", "slowly"} <= set(parsed.not_rendered) and "低沉" not in parsed.matched

@@ -7,6 +7,7 @@ line; errors print one sentence on stderr and exit non-zero.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
@@ -113,6 +114,9 @@ def _run_synth(args: argparse.Namespace) -> int:
     line["out"] = str(args.out)
     if args.instruct:
         line["not_understood"] = list(generation.parsed.not_understood)
+        line["not_rendered"] = list(generation.parsed.not_rendered)
+    if result.style_check is not None:
+        line["style_check"] = dataclasses.asdict(result.style_check)
     print(json.dumps(line, ensure_ascii=False))
     return 0
 

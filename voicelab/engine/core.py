@@ -42,10 +42,6 @@ T = TypeVar("T")
 EmitChunk = Callable[[AudioChunk, float], None]  # a chunk and the seconds since the job started
 
 WARMUP_TEXTS = {"en": "Warming up.", "zh": "预热一下。"}
-CALIBRATION_TEXTS = {
-    "en": "The quick brown fox jumps over the lazy dog, then rests a while in the warm afternoon sun.",
-    "zh": "今天天气很好，我们一起去公园散步，然后坐在树下聊天。",
-}
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -85,7 +81,7 @@ class EngineCore:
         self.backend.load(self.device, self.dtype)
         self._heartbeat_monitor = memory.AllocatorMonitor(self.device)
         self._job_monitor = memory.AllocatorMonitor(self.device)
-        self.voice = VoiceStage(self.device, settings.profile_cache_size)
+        self.voice = VoiceStage(self.device, settings.profile_cache_size, settings.voice_renderer)
         self.largest_free_block: int | None = None
         self.warm_up()
         self.loaded = True
@@ -164,7 +160,9 @@ class EngineCore:
                 if emit is not None:
                     emit(replace(chunk, audio=voiced), elapsed)
             audio, sample_rate = join_chunks(outputs), self.capabilities.sample_rate
-            scores = self.voice.scores(join_chunks(drafts), audio, sample_rate, plan)
+            draft = join_chunks(drafts)
+            scores = self.voice.scores(draft, audio, sample_rate, plan)
+            style_check = self.voice.style_check(draft, audio, sample_rate, plan, self._calibration)
         return SynthesisResult(
             job_id=request.job_id,
             audio=audio,
@@ -185,6 +183,7 @@ class EngineCore:
             seed=seed,
             notices=request.prompt.notices if request.prompt else (),
             profile_cache=self.voice.cache_stats(),
+            style_check=style_check,
         )
 
     def languages_of(self, request: SynthesisRequest) -> tuple[str, ...]:
@@ -205,9 +204,8 @@ class EngineCore:
             if close is not None:
                 close()
 
-    def _calibration(self, language: str) -> tuple[np.ndarray, int]:
-        """The backend voice on a fixed sentence, for the matcher's once-per-profile search."""
-        text = CALIBRATION_TEXTS.get(language, CALIBRATION_TEXTS["en"])
+    def _calibration(self, language: str, text: str) -> tuple[np.ndarray, int]:
+        """The backend voice saying ``text`` plainly (the matcher's search, the neutral figures of a voice)."""
         chunks = self.backend.synthesize(SpeechRequest(text, language, sentence_silence_s=0.0), run_plainly)
         return join_chunks([c.audio for c in chunks]), self.capabilities.sample_rate
 

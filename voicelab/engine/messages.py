@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from voicelab.backends.base import AudioChunk, Capabilities
+from voicelab.instruct.check import StyleCheck
 from voicelab.instruct.style import Style
 from voicelab.voice.cache import ProfileCacheStats
 from voicelab.voice.prompt import PromptAudio
@@ -87,6 +88,7 @@ class SynthesisResult:
     seed: int | None = None
     notices: tuple[str, ...] = ()
     profile_cache: ProfileCacheStats | None = None
+    style_check: StyleCheck | None = None  # requested vs measured style figures (engine-rendered styles only)
 
     @property
     def duration_s(self) -> float:

@@ -16,20 +16,39 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from voicelab.backends.base import Capabilities, SpeechRequest
+from voicelab.backends.scripts import languages_in
 from voicelab.engine.messages import SynthesisRequest
-from voicelab.errors import InvalidPromptError
+from voicelab.errors import BackendLoadError, InvalidPromptError
+from voicelab.instruct.check import StyleCheck
 from voicelab.instruct.render import StyleAdjust, style_adjust
 from voicelab.instruct.style import Style
 from voicelab.voice.cache import CachedVoice, ProfileCache, ProfileCacheStats
-from voicelab.voice.dsp import VoiceTransform, apply_transform
+from voicelab.voice.dsp import RENDERERS, VoiceTransform, apply_transform
 from voicelab.voice.encoder import SpeakerEncoder
-from voicelab.voice.matcher import VoiceMatcher
+from voicelab.voice.matcher import VoiceMatcher, median_f0
+from voicelab.voice.measure import NeutralVoice, Requested, check_style, neutral_voice, spoken_units
 from voicelab.voice.profile import SpeakerProfile, build_profile
 from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
 
-Calibrate = Callable[[str], tuple[np.ndarray, int]]  # the backend voice of one language on a fixed sentence
+Calibrate = Callable[[str, str], tuple[np.ndarray, int]]  # (language, text) -> the backend voice saying it
+
+CALIBRATION_TEXTS = {
+    "en": "The quick brown fox jumps over the lazy dog, then rests a while in the warm afternoon sun.",
+    "zh": "今天天气很好，我们一起去公园散步，然后坐在树下聊天。",
+}
+TRANSCRIPT_UNITS = (20, 400)  # a transcript this long (letters/characters) is the calibration sentence
+
+
+def calibration_text(language: str, prompt: PromptAudio | None) -> str:
+    """The prompt's own transcript where the voice speaks its language (the same words make the closest
+    comparison to the prompt), else the fixed sentence of that language."""
+    transcript = prompt.transcript.strip() if prompt is not None else ""
+    low, high = TRANSCRIPT_UNITS
+    if transcript and languages_in(transcript) == (language,) and low <= spoken_units(transcript) <= high:
+        return transcript
+    return CALIBRATION_TEXTS.get(language, CALIBRATION_TEXTS["en"])
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,11 @@ class VoicePlan:
     transforms: Mapping[str, VoiceTransform]
     profile: SpeakerProfile | None
     matched: bool  # the engine moved a fixed voice toward the prompt (so a base similarity is meaningful)
+    device: str = "cpu"  # where the transform runs (the worker's device)
+    renderer: str = "torch"  # dsp.RENDERERS
+    requested: Requested | None = None  # what the style asks (None: no style, or a backend that renders it)
+    pitch_reference_hz: float | None = None  # the unstyled voice's median F0 where the draft cannot tell it
+    model_pitch: bool = False  # the backend itself shifted the pitch (the draft already carries it)
 
     def transform_for(self, language: str) -> VoiceTransform:
         if language in self.transforms:
@@ -58,12 +82,13 @@ class VoicePlan:
         transform = self.transform_for(language)
         if transform == VoiceTransform.identity():
             return audio
-        return apply_transform(audio, sample_rate, transform)
+        return apply_transform(audio, sample_rate, transform, self.device, self.renderer)
 
 
 def style_transform(adjust: StyleAdjust) -> VoiceTransform:
     """The signal-level part of a style (its speed part goes to the backend's speaking rate)."""
     return VoiceTransform(
+        f0_target_hz=adjust.f0_target_hz,
         pitch_semitones=adjust.pitch_semitones,
         pitch_range=adjust.pitch_range,
         formant_factor=adjust.formant_factor,
@@ -73,16 +98,27 @@ def style_transform(adjust: StyleAdjust) -> VoiceTransform:
     )
 
 
+def resolve_renderer(name: str, device: str) -> str:
+    """``auto``: WORLD on a CPU box (higher similarity, README), the PyTorch renderer on a GPU."""
+    if name == "auto":
+        return "world" if device == "cpu" else "torch"
+    if name not in RENDERERS:
+        raise BackendLoadError(f"Unknown voice renderer '{name}'; use auto, {' or '.join(RENDERERS)}.")
+    return name
+
+
 class VoiceStage:
-    def __init__(self, device: str, cache_capacity: int) -> None:
+    def __init__(self, device: str, cache_capacity: int, renderer: str = "auto") -> None:
         self.device = device
+        self.renderer = resolve_renderer(renderer, device)
         self.cache = ProfileCache(cache_capacity)
         self._matcher: VoiceMatcher | None = None
+        self._neutral: dict[str, NeutralVoice] = {}
 
     @property
     def matcher(self) -> VoiceMatcher:
         if self._matcher is None:
-            self._matcher = VoiceMatcher(SpeakerEncoder(self.device))
+            self._matcher = VoiceMatcher(SpeakerEncoder(self.device), renderer=self.renderer)
         return self._matcher
 
     def plan(
@@ -96,31 +132,74 @@ class VoiceStage:
         """The backend's request and, per language of the text, the transform the engine adds after it."""
         matched = request.prompt is not None and not capabilities.native_cloning
         cached = self.voice_for(request.prompt, languages if matched else (), calibrate) if request.prompt else None
-        style, instruction, speed = request.style, request.instruction, request.speed
-        base = VoiceTransform.identity()
-        native_pitch: tuple[str, ...] = ()
-        if not capabilities.native_instructions:
-            adjust = style_adjust(request.style)
-            speed, base, instruction = request.speed / adjust.length_scale_factor, style_transform(adjust), ""
-            native_pitch = () if matched else capabilities.native_pitch_languages
-            style = Style(pitch_semitones=adjust.pitch_semitones or None) if native_pitch else Style()
+        profile = cached.profile if cached else None
+        styled = not capabilities.native_instructions and not request.style.is_neutral
+        adjusts = {
+            language: self._adjust(request, language, profile if matched else None, calibrate) for language in languages
+        }
+        first = adjusts[languages[0]] if adjusts else StyleAdjust()
+        model_pitch = (
+            not matched
+            and not capabilities.native_instructions
+            and first.f0_target_hz is None
+            and any(language in capabilities.native_pitch_languages for language in languages)
+        )
         transforms = {}
-        for language in languages:
-            transform = replace(base, pitch_semitones=0.0) if language in native_pitch else base
+        for language, adjust in adjusts.items():
+            transform = style_transform(adjust) if not capabilities.native_instructions else VoiceTransform.identity()
+            if model_pitch and language in capabilities.native_pitch_languages:
+                transform = replace(transform, pitch_semitones=0.0)
             match = cached.match(language) if cached is not None and matched else None
             transforms[language] = match.transform.composed_with(transform) if match else transform
-        speech = SpeechRequest(
+        speech = self._speech(request, seed, capabilities, first, model_pitch)
+        requested = Requested(first.length_scale_factor, first.requested_pitch_st, first.gain_db) if styled else None
+        reference = self._pitch_reference(languages[0], profile if matched else None, model_pitch, calibrate)
+        return VoicePlan(
+            speech, transforms, profile, matched, self.device, self.renderer, requested, reference, model_pitch
+        )
+
+    def _adjust(
+        self, request: SynthesisRequest, language: str, profile: SpeakerProfile | None, calibrate: Calibrate
+    ) -> StyleAdjust:
+        """The style on this language's voice (an age/gender target needs the voice's own pitch)."""
+        style = request.style
+        if style.age is None and style.gender is None:
+            return style_adjust(style)
+        own = profile.f0_median_hz if profile is not None else self.neutral(language, calibrate).f0_hz
+        return style_adjust(style, own)
+
+    def _speech(
+        self, request: SynthesisRequest, seed: int, capabilities: Capabilities, adjust: StyleAdjust, model_pitch: bool
+    ) -> SpeechRequest:
+        native = capabilities.native_instructions
+        return SpeechRequest(
             text=request.text,
             language=request.language,
-            speed=speed,
+            speed=request.speed if native else request.speed / adjust.length_scale_factor,
             seed=seed,
             prompt=request.prompt if capabilities.native_cloning else None,
-            style=style,
-            instruction=instruction,
+            style=request.style
+            if native
+            else Style(pitch_semitones=adjust.pitch_semitones or None if model_pitch else None),
+            instruction=request.instruction if native else "",
             sentence_silence_s=request.sentence_silence_s,
             options=dict(request.options),
         )
-        return VoicePlan(speech, transforms, cached.profile if cached else None, matched)
+
+    def _pitch_reference(
+        self, language: str, profile: SpeakerProfile | None, model_pitch: bool, calibrate: Calibrate
+    ) -> float | None:
+        if profile is not None:
+            return profile.f0_median_hz  # the matched voice sits on the prompt's pitch
+        return self.neutral(language, calibrate).f0_hz if model_pitch else None
+
+    def neutral(self, language: str, calibrate: Calibrate) -> NeutralVoice:
+        """The voice of ``language`` without style, measured once on its fixed sentence."""
+        if language not in self._neutral:
+            text = CALIBRATION_TEXTS.get(language, CALIBRATION_TEXTS["en"])
+            audio, sr = calibrate(language, text)
+            self._neutral[language] = neutral_voice(audio, sr, text, self.device)
+        return self._neutral[language]
 
     def voice_for(self, prompt: PromptAudio, languages: tuple[str, ...], calibrate: Calibrate) -> CachedVoice:
         """The cached profile for this prompt, built on a miss and matched (once) to each voice in ``languages``."""
@@ -138,7 +217,8 @@ class VoiceStage:
         if missing:
             matches = dict(cached.matches)
             for language in missing:
-                matches[language] = self.matcher.match(cached.profile, functools.partial(calibrate, language))
+                text = calibration_text(language, prompt)
+                matches[language] = self.matcher.match(cached.profile, functools.partial(calibrate, language, text))
             cached = self.cache.put(cached.profile, matches)
         return cached
 
@@ -146,9 +226,24 @@ class VoiceStage:
         """Similarity to the prompt (and of the unmatched draft, where the engine matched) and median pitch."""
         if plan.profile is None:
             return None
-        similarity, f0_output = self.matcher.score(output, sample_rate, plan.profile)
-        base = self.matcher.similarity(draft, sample_rate, plan.profile) if plan.matched else None
-        return CloneScores(similarity, base, plan.profile.f0_median_hz, f0_output)
+        pieces = [output, draft] if plan.matched else [output]
+        similarities = self.matcher.similarities(pieces, sample_rate, plan.profile)  # one encoder batch
+        base = similarities[1] if plan.matched else None
+        f0_output = median_f0(output, sample_rate, self.device)
+        return CloneScores(similarities[0], base, plan.profile.f0_median_hz, f0_output)
+
+    def style_check(
+        self, draft: np.ndarray, output: np.ndarray, sample_rate: int, plan: VoicePlan, calibrate: Calibrate
+    ) -> StyleCheck | None:
+        """Requested vs measured duration, pitch and loudness (None without a style the engine rendered)."""
+        if plan.requested is None or len(output) == 0:
+            return None
+        language = plan.speech.language if plan.speech.language in self._neutral else next(iter(plan.transforms), "en")
+        neutral = self.neutral(language, calibrate)
+        reference = plan.pitch_reference_hz
+        return check_style(
+            draft, output, sample_rate, plan.speech.text, plan.requested, neutral, reference, self.device
+        )
 
     def cache_stats(self) -> ProfileCacheStats:
         return self.cache.stats()
@@ -158,4 +253,5 @@ class VoiceStage:
 
     def unload(self) -> None:
         self.cache.clear()
+        self._neutral.clear()
         self._matcher = None

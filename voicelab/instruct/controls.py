@@ -15,7 +15,7 @@ the instruction parser's own scale (``scales``), so "slow" here equals "slowly" 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -142,9 +142,19 @@ def style_to_controls(style: Style) -> dict[str, str]:
 
 
 def resolve_style(instruction: str, controls: Style) -> ParsedInstruction:
-    """Parse ``instruction``, then let every attribute the controls specify override it."""
+    """Parse ``instruction``, then let every attribute the controls specify override it.
+
+    An age or gender dropdown sets the voice's pitch target, so it also overrides what the instruction
+    said about pitch ("deep voice" + gender female: the female target, not the target minus 3 st), unless
+    the pitch dropdown is set too. Words whose every value was overridden move to "not rendered".
+    """
     parsed = parse_instruction(instruction)
-    return replace(parsed, style=parsed.style.overridden_by(controls))
+    overridden = {f.name for f in fields(controls) if getattr(controls, f.name) is not None}
+    style = parsed.style.overridden_by(controls)
+    if (controls.age is not None or controls.gender is not None) and controls.pitch_semitones is None:
+        overridden.add("pitch_semitones")
+        style = replace(style, pitch_semitones=None)
+    return replace(parsed.without_fields(frozenset(overridden)), style=style)
 
 
 def _same(choice: ControlValue, value: ControlValue | None) -> bool:

@@ -14,6 +14,8 @@ A word (or phrase) is one of:
 - NEGATION: flips the next content word to a slight step the other way ("not too fast", "别太大声").
 - BOUNDARY: ends a clause ("and", ",", "但是"); intensity, negation and noun binding stay inside a clause.
 - STOP: carries no meaning for the style ("in", "voice", "的", "说").
+- QUALITY: names a voice quality the signal-level voice cannot be given (hoarse, clear articulation,
+  professional): read, and reported as "not rendered" rather than passed off as a pitch or volume hint.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class LexEntry:
 
 
 STOP = LexEntry(Kind.STOP)
+QUALITY = LexEntry(Kind.CONTENT)  # a content word with no effect: always "not rendered"
 BOUNDARY = LexEntry(Kind.BOUNDARY)
 NEGATION = LexEntry(Kind.NEGATION)
 

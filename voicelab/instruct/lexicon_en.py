@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from voicelab.instruct.lexicon import (
     BOUNDARY,
     NEGATION,
+    QUALITY,
     STOP,
     Kind,
     LexEntry,
@@ -160,7 +161,8 @@ _VOLUME = {
     **words(content(fx(V, +1, STRONG)), "loudest", "shout", "shouting", "shouted", "yell", "yelling", "yelled"),
     **words(content(fx(V, +1, STRONG)), "scream", "screaming", "screamed", "holler", "hollering"),
     **words(content(fx(V, +1, STRONG), hint(P, -1)), "booming", "thundering"),
-    **words(content(hint(V, +1)), "strong", "strongly", "clear", "clearly", "crisp", "crisply", "full"),
+    **words(content(hint(V, +1)), "strong", "strongly", "full"),
+    **words(QUALITY, "clear", "clearly", "crisp", "crisply", "articulate", "articulately", "enunciated"),
     **words(
         content(fx(V, -1)),
         "soft",
@@ -186,7 +188,7 @@ _VOLUME = {
 
 _DESCRIPTORS = {
     **words(content(hint(P, -1)), "warm", "warmly", "warmer", "warmth", "magnetic", "rich", "resonant", "velvety"),
-    **words(content(hint(P, -1), hint(R, -1)), "husky", "raspy", "gravelly", "hoarse", "rough", "croaky", "gruff"),
+    **words(QUALITY, "husky", "raspy", "gravelly", "hoarse", "rough", "croaky", "gruff"),
     **words(content(hint(P, -1), hint(V, -1)), "mellow", "intimate", "intimately", "cozy", "cosy"),
     **words(content(hint(P, +1)), "bright", "brighter", "brightly"),
     **words(content(hint(P, +1), hint(V, -1)), "light", "lightly"),
@@ -194,7 +196,7 @@ _DESCRIPTORS = {
     **words(content(hint(V, -1), hint(R, -1)), "airy", "ethereal", "floaty", "wispy"),
     **words(content(hint(V, -1), hint(R, -1), hint_cats=(Emotion.CALM,)), "gentle", "gently", "tender", "tenderly"),
     **words(content(hint(P, +1), hint(R, +1), hint_cats=(Emotion.HAPPY,)), "sweet", "sweetly", "cute", "adorable"),
-    **words(content(hint(R, -1), hint_cats=(Emotion.NEUTRAL,)), "professional", "professionally", "businesslike"),
+    **words(QUALITY, "professional", "professionally", "businesslike"),
     **words(content(hint(R, -1), hint_cats=(Emotion.NEUTRAL,)), "formal", "formally", "news anchor", "newsreader"),
     **words(content(hint(R, -1), hint_cats=(Emotion.NEUTRAL,)), "announcer", "broadcaster"),
     **words(content(hint(V, +1), hint(P, -1)), "authoritative", "commanding", "confident", "confidently"),

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from voicelab.instruct.lexicon import (
     BOUNDARY,
     NEGATION,
+    QUALITY,
     STOP,
     Kind,
     LexEntry,
@@ -89,17 +90,18 @@ _VOLUME = {
 
 _DESCRIPTORS = {
     **words(content(hint(P, -1)), "温暖", "温厚", "暖", "磁性", "有磁性", "富有磁性", "亲切"),
-    **words(content(hint(P, -1), hint(R, -1)), "沙哑", "嘶哑", "沙沙", "粗哑", "烟嗓", "粗犷"),
+    **words(QUALITY, "沙哑", "嘶哑", "沙沙", "粗哑", "烟嗓", "粗犷"),
     **words(content(hint(P, -1), hint(R, -1), cats=(Age.ELDERLY,)), "苍老"),
     **words(content(hint(P, +1)), "明亮", "清亮", "清脆", "嘹亮"),
-    **words(content(hint(V, +1)), "清晰", "吐字清晰", "字正腔圆", "饱满", "中气十足"),
+    **words(content(hint(V, +1)), "饱满", "中气十足"),
+    **words(QUALITY, "清晰", "吐字清晰", "字正腔圆", "专业", "口齿清晰", "咬字清晰"),
     **words(content(hint(V, -1), hint_cats=(Emotion.WHISPER,)), "气声", "气息声", "带气声", "气音"),
     **words(content(hint(V, -1), hint(R, -1)), "空灵", "轻盈", "缥缈", "飘渺"),
     **words(content(hint(V, -1), hint(R, -1), hint_cats=(Emotion.CALM,)), "温柔", "温和", "柔和", "轻柔", "柔美"),
     **words(content(hint(V, -1), hint(R, -1), hint_cats=(Emotion.CALM,)), "慈祥", "和蔼", "体贴"),
     **words(content(hint(P, +1), hint(R, +1), hint_cats=(Emotion.HAPPY,)), "甜美", "甜", "可爱", "甜甜", "萌"),
     **words(content(hint(P, +1), hint(R, +1), hint_cats=(Emotion.HAPPY,)), "甜甜的", "撒娇", "俏皮"),
-    **words(content(hint(R, -1), hint_cats=(Emotion.NEUTRAL,)), "专业", "正式", "播音腔", "新闻主播", "播音员"),
+    **words(content(hint(R, -1), hint_cats=(Emotion.NEUTRAL,)), "正式", "播音腔", "新闻主播", "播音员"),
     **words(content(hint(R, -1), hint_cats=(Emotion.NEUTRAL,)), "主持人", "严肃", "客观", "冷淡", "新闻"),
     **words(content(hint(V, +1), hint(P, -1)), "权威", "自信", "坚定", "威严", "稳重"),
     **words(content(hint(S, +1), hint(V, +1), hint(R, +1)), "有活力", "活力", "充满活力", "元气", "精神饱满"),
@@ -109,7 +111,7 @@ _DESCRIPTORS = {
     **words(content(hint(S, -1), hint(V, -1), hint_cats=(Emotion.CALM,)), "睡前故事", "哄睡", "摇篮曲"),
     **words(content(hint(R, +1, PLAIN), hint(S, -1)), "讽刺", "阴阳怪气", "嘲讽"),
     **words(content(hint(R, -1, PLAIN), hint(S, -1), hint_cats=(Emotion.NEUTRAL,)), "无聊", "敷衍", "冷漠"),
-    **words(content(hint(S, +1), hint(V, +1), hint(R, +1)), "解说", "体育解说", "解说员"),
+    **words(content(hint(S, +1), hint(V, +1), hint(R, +1)), "解说", "体育解说", "解说员", "体育解说员"),
     **words(content(hint(R, +1), hint_cats=(Emotion.HAPPY,)), "友好", "热心"),
     **words(content(hint(R, -1), hint(V, +1), hint_cats=(Emotion.ANGRY,)), "严厉", "凶", "凶狠"),
 }

@@ -36,11 +36,30 @@ MAX_INSTRUCTION_CHARS = 1000
 
 @dataclass(frozen=True)
 class ParsedInstruction:
-    """The style an instruction asks for, the words it used, and the words it could not place."""
+    """The style an instruction asks for and what became of each word.
+
+    matched: words that set a value of the style ("Understood"). not_rendered: words that were read but
+    changed nothing (another word on the same attribute won, or it names a quality the voice cannot be
+    given). not_understood: words not in the lexicon. renders: (word, Style field) for every value a
+    matched word decided, so a dropdown that overrides a field can move its words to ``not_rendered``.
+    """
 
     style: Style = field(default_factory=Style)
     not_understood: tuple[str, ...] = ()
     matched: tuple[str, ...] = ()
+    not_rendered: tuple[str, ...] = ()
+    renders: tuple[tuple[str, str], ...] = ()
+
+    def without_fields(self, overridden: frozenset[str]) -> ParsedInstruction:
+        """The same words, with those whose every value was overridden (by a dropdown) moved to not rendered."""
+        kept = {word for word, name in self.renders if name not in overridden}
+        gone = tuple(word for word in self.matched if word not in kept and any(w == word for w, _ in self.renders))
+        return replace(
+            self,
+            matched=tuple(word for word in self.matched if word not in gone),
+            not_rendered=_unique([*self.not_rendered, *gone]),
+            renders=tuple((word, name) for word, name in self.renders if name not in overridden),
+        )
 
 
 def parse_instruction(text: str) -> ParsedInstruction:
@@ -50,8 +69,8 @@ def parse_instruction(text: str) -> ParsedInstruction:
     reader = _Reader()
     for clause in _clauses(segment(text)):
         reader.read_clause(clause)
-    style = _resolve(reader.scalars, reader.picks)
-    parsed = ParsedInstruction(style, _unique(reader.unknown), _unique(reader.matched))
+    style, deciders = _resolve(reader.scalars, reader.picks)
+    parsed = reader.result(style, deciders)
     logger.debug("instruction %r -> %s", text, parsed)
     return parsed
 
@@ -68,6 +87,7 @@ class _Mention:
     value: float | None = None
     unsigned: bool = False
     negated: bool = False
+    group: int = -1  # the words it came from (``_Reader.groups``)
 
 
 @dataclass(frozen=True)
@@ -82,6 +102,7 @@ class _Word:
     scalar_start: int
     pick_start: int
     clause: int
+    group: int = -1
 
 
 class _Reader:
@@ -89,9 +110,10 @@ class _Reader:
 
     def __init__(self) -> None:
         self.scalars: list[_Mention] = []
-        self.picks: list[Category] = []
+        self.picks: list[tuple[Category, int]] = []
         self.unknown: list[str] = []
-        self.matched: list[str] = []
+        self.groups: list[list[str]] = []  # a content word with its intensity and negation words
+        self.nouns: list[tuple[int, Attr | None, int]] = []  # (group, attribute, clause)
         self._clause = 0
         self._grade: int | None = None
         self._grade_words: list[str] = []
@@ -101,11 +123,33 @@ class _Reader:
         self._handlers: dict[Kind, Callable[[Token, Attr | None], None]] = {
             Kind.CONTENT: lambda token, _: self._content(token, token.entry),
             Kind.DIRECTION: self._direction,
-            Kind.NOUN: lambda token, _: self.matched.append(token.text),
+            Kind.NOUN: self._noun,
             Kind.INTENSITY: self._intensity,
             Kind.NEGATION: lambda token, _: self._negate(token.text, keeps_grade=False),
             Kind.STOP: lambda token, _: None,
         }
+
+    def _group(self, words: list[str]) -> int:
+        self.groups.append(words)
+        return len(self.groups) - 1
+
+    def _noun(self, token: Token, _: Attr | None) -> None:
+        assert token.entry is not None
+        self.nouns.append((self._group([token.text]), token.entry.attr, self._clause))
+
+    def result(self, style: Style, deciders: Sequence[tuple[int, str, int]]) -> ParsedInstruction:
+        """Words split into rendered and not rendered by which groups decided a value."""
+        decided = {group for group, _, _ in deciders}
+        decided |= {g for g, attr, clause in self.nouns if any(a == attr and c == clause for _, a, c in deciders)}
+        words = [(w, i in decided) for i, group in enumerate(self.groups) for w in group]
+        renders = [(w, name) for group, name, _ in deciders for w in self.groups[group]]
+        return ParsedInstruction(
+            style,
+            _unique(self.unknown),
+            _unique([w for w, ok in words if ok]),
+            _unique([w for w, ok in words if not ok and w not in {x for x, y in words if y}]),
+            tuple(dict.fromkeys(renders)),
+        )
 
     def read_clause(self, tokens: Sequence[Token]) -> None:
         bindings = _bind_directions(tokens)
@@ -128,8 +172,8 @@ class _Reader:
             scalar_start=len(self.scalars),
             pick_start=len(self.picks),
             clause=self._clause,
+            group=self._group([*self._grade_words, *([self._negation] if self._negation else []), token.text]),
         )
-        self.matched.extend([*self._grade_words, *([self._negation] if self._negation else []), token.text])
         self._grade, self._grade_words, self._negation, self._keeps_grade = None, [], None, False
         self._emit(word)
 
@@ -141,11 +185,12 @@ class _Reader:
             if mention is not None:
                 self.scalars.append(mention)
         if not word.negated:
-            self.picks.extend(word.entry.categories)
+            self.picks.extend((category, word.group) for category in word.entry.categories)
             if word.shift > 0:  # "very sad" also sounds slower and softer than "sad"
                 grade = min(word.shift, PLAIN)
                 self.scalars.extend(
-                    _Mention(e.attr, e.direction, grade, False, word.clause) for e in word.entry.emphasis
+                    _Mention(e.attr, e.direction, grade, False, word.clause, group=word.group)
+                    for e in word.entry.emphasis
                 )
         self._last = word
 
@@ -158,7 +203,7 @@ class _Reader:
         elif entry.fallback is Kind.NEGATION:
             self._negate(token.text, keeps_grade=True)
         elif entry.fallback is Kind.STOP:
-            self.matched.append(token.text)
+            self._group([token.text])
         else:
             self.unknown.append(token.text)
 
@@ -167,7 +212,7 @@ class _Reader:
         assert entry is not None
         last = self._last
         if entry.postfix and last is not None and last.clause == self._clause and self._grade is None:
-            self.matched.append(token.text)
+            self.groups[last.group].append(token.text)
             self._emit(replace(last, shift=entry.grade - PLAIN, explicit=True))
             return
         if self._grade is not None and self._grade >= entry.grade > PLAIN:
@@ -185,7 +230,7 @@ class _Reader:
         last = self._last
         if self._grade is not None:
             if last is not None and not last.explicit and not last.negated:
-                self.matched.extend(self._grade_words)
+                self.groups[last.group].extend(self._grade_words)
                 self._emit(replace(last, shift=self._grade - PLAIN, explicit=True))
             else:
                 self.unknown.extend(self._grade_words)
@@ -209,16 +254,20 @@ def _mention(effect: Effect, word: _Word) -> _Mention | None:
     """The mention an effect makes in context, or None when negation leaves nothing to say."""
     if effect.value is not None:
         unsigned = effect.attr is not Attr.SPEED and effect.direction == 0
-        return _Mention(effect.attr, effect.direction, PLAIN, True, word.clause, effect.value, unsigned)
+        return _Mention(
+            effect.attr, effect.direction, PLAIN, True, word.clause, effect.value, unsigned, group=word.group
+        )
     if word.negated:
         if effect.direction == 0:
             return None
         grade = clamp_grade(SLIGHT + word.shift) if word.keeps_grade else SLIGHT
-        return _Mention(effect.attr, -effect.direction, grade, effect.primary, word.clause, negated=True)
+        return _Mention(
+            effect.attr, -effect.direction, grade, effect.primary, word.clause, negated=True, group=word.group
+        )
     grade = clamp_grade(effect.grade + word.shift)
     if not effect.primary:
         grade = min(grade, effect.grade)  # intensity can soften a hint, never strengthen it
-    return _Mention(effect.attr, effect.direction, grade, effect.primary, word.clause)
+    return _Mention(effect.attr, effect.direction, grade, effect.primary, word.clause, group=word.group)
 
 
 def _clauses(tokens: Sequence[Token]) -> list[list[Token]]:
@@ -246,33 +295,42 @@ def _bind_directions(tokens: Sequence[Token]) -> dict[int, Attr]:
     return bindings
 
 
-def _resolve(scalars: Sequence[_Mention], picks: Sequence[Category]) -> Style:
+def _resolve(
+    scalars: Sequence[_Mention], picks: Sequence[tuple[Category, int]]
+) -> tuple[Style, list[tuple[int, str, int]]]:
+    """The style, and (group, Style field, clause) for every mention or pick that decided a value."""
     values: dict[str, Any] = {}
+    deciders: list[tuple[int, str, int]] = []
     for attr in Attr:
         mentions = [m for m in scalars if m.attr is attr]
         if mentions:
-            values[attr.value] = round(_resolve_scalar(attr, mentions), 3)
+            value, chosen = _resolve_scalar(attr, mentions)
+            values[attr.value] = round(value, 3)
+            deciders.extend((m.group, attr.value, m.clause) for m in chosen)
     for name in (f.name for f in fields(Style)):
-        chosen = [p for p in picks if p.attr == name]
-        tier = [p for p in chosen if p.primary] or chosen
+        chosen_picks = [p for p in picks if p[0].attr == name]
+        tier = [p for p in chosen_picks if p[0].primary] or chosen_picks
         if tier:
-            values[name] = tier[-1].value
-    return Style(**values)
+            values[name] = tier[-1][0].value
+            deciders.append((tier[-1][1], name, -1))
+    return Style(**values), deciders
 
 
-def _resolve_scalar(attr: Attr, mentions: Sequence[_Mention]) -> float:
-    numbers = [m.value for m in mentions if m.value is not None]
+def _resolve_scalar(attr: Attr, mentions: Sequence[_Mention]) -> tuple[float, list[_Mention]]:
+    numbers = [m for m in mentions if m.value is not None]
     if numbers:
-        return clamp(attr, numbers[-1])
+        return clamp(attr, float(numbers[-1].value or 0.0)), [numbers[-1]]
     tier = [m for m in mentions if m.primary] or list(mentions)
     last = tier[-1]
     moving = [m for m in tier if m.direction != 0]
     if len({m.direction for m in moving}) == 2 and all(m.negated for m in moving):
-        return NEUTRAL[attr]  # "not too slow, not too fast"
+        return NEUTRAL[attr], moving  # "not too slow, not too fast"
     if last.direction == 0:
-        return NEUTRAL[attr]
-    steps = [level(attr, m.direction, m.grade) for m in tier if m.direction == last.direction]
-    return max(steps) if last.direction > 0 else min(steps)
+        return NEUTRAL[attr], [last]
+    same = [m for m in tier if m.direction == last.direction]
+    steps = [level(attr, m.direction, m.grade) for m in same]
+    value = max(steps) if last.direction > 0 else min(steps)
+    return value, [m for m, step in zip(same, steps, strict=True) if step == value]
 
 
 def _unique(items: Sequence[str]) -> tuple[str, ...]:

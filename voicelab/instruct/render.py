@@ -19,22 +19,27 @@ and softens; fear raises but narrows and hurries.
 | calm      | 0.93    | -0.5     | 0.80    | -2      | -0.5        | no      |
 | whisper   | 0.95    | 0        | 1.00    | -4      | 0           | yes     |
 
-Age and gender move pitch and formants (a child's vocal tract is shorter, so its formants sit higher):
+Age and gender are **targets relative to the voice**: the voice's own class (male or female adult, or a
+child) is read from its median F0, and the target class's median F0 and formant scale replace it. The F0
+target keeps half of the voice's own distance from its class (in log F0), so a low male voice asked for a
+female voice lands in the female range (91 Hz -> ~183 Hz) without every voice sounding the same; formants
+scale by the ratio of the classes' formant scales. An adult age within the voice's own gender moves the
+voice's own pitch by the age's factor; a request for the voice's own class adds nothing.
 
-| voice       | pitch st | range x | formant x | speed x | tilt dB/oct |
-|-------------|----------|---------|-----------|---------|-------------|
-| child       | +5.0     | 1.15    | 1.12      | 1.00    | +0.5        |
-| young adult | +0.5     | 1.05    | 1.02      | 1.03    | 0           |
-| middle-aged | -0.5     | 1.00    | 0.99      | 1.00    | 0           |
-| elderly     | -1.5     | 0.85    | 0.97      | 0.90    | -1.0        |
-| female      | +4.0     | 1.10    | 1.10      | 1.00    | 0           |
-| male        | -3.0     | 0.95    | 0.93      | 1.00    | 0           |
+| class          | median F0 (Hz) | formant scale | speed x | range x | tilt dB/oct |
+|----------------|----------------|---------------|---------|---------|-------------|
+| male adult     | 120            | 1.00          | 1.00    | 1.00    | 0           |
+| female adult   | 210            | 1.17          | 1.00    | 1.00    | 0           |
+| child (boy)    | 265            | 1.28          | 1.00    | 1.15    | +0.5        |
+| child (girl)   | 285            | 1.30          | 1.00    | 1.15    | +0.5        |
+| young adult    | +5 % of adult  | x1.01         | 1.03    | 1.05    | 0           |
+| middle-aged    | -4 % of adult  | x0.99         | 1.00    | 1.00    | 0           |
+| elderly        | male -3 %, female -12 % | x0.97 | 0.90 | 0.85    | -1.0        |
 
-Combining: an explicit ``speed`` replaces the recipe and age speeds; pitch and gain add; range and
-formant factors multiply; tilt = 0.2 dB/oct per dB of explicit volume (loud is brighter) plus recipe
-and age tilt. Age and gender are shifts relative to the voice: pass the voice's own gender/age and a
-request that matches it adds nothing ("female" on a female prompt does not raise the pitch again).
-For a child, the gender shift is halved (boys' and girls' voices differ little before puberty).
+Combining: **explicit values win over the emotion recipe**: a style's own speed, pitch, range or volume
+replaces the recipe's value for that attribute ("tired and a bit annoyed": volume -3 dB, not -3 + 5);
+the recipe fills only what the style leaves unspecified. Explicit pitch applies on top of an age/gender
+target. Tilt = 0.2 dB/oct per dB of volume (loud is brighter) plus recipe and age tilt.
 """
 
 from __future__ import annotations
@@ -58,13 +63,19 @@ class EmotionRecipe:
 
 
 @dataclass(frozen=True)
-class VoiceShift:
-    """What an age or gender request does to the voice."""
+class VoiceClass:
+    """A speaker class: its typical median F0 and formant scale (male adult = 1)."""
 
-    pitch_semitones: float = 0.0
-    pitch_range: float = 1.0
-    formant_factor: float = 1.0
+    f0_hz: float
+    formant: float
+
+
+@dataclass(frozen=True)
+class AgeManner:
+    """What an age does besides pitch and formants."""
+
     speed: float = 1.0
+    pitch_range: float = 1.0
     tilt_db_per_octave: float = 0.0
 
 
@@ -73,13 +84,17 @@ class StyleAdjust:
     """Signal-level settings for one style.
 
     length_scale_factor: multiplies the backend's duration scale (>1 = slower speech).
-    pitch_semitones: pitch shift; pitch_range: factor on F0 excursions around the mean.
+    f0_target_hz: the median F0 an age/gender target moves the voice to (None: the voice's own).
+    voice_pitch_st: that target's distance from the voice's own median, in semitones (0 without one).
+    pitch_semitones: pitch shift on top; pitch_range: factor on F0 excursions around the mean.
     formant_factor: spectral-envelope scale (>1 = shorter vocal tract, brighter, younger/female).
     gain_db: loudness change; tilt_db_per_octave: spectral slope change (>0 = brighter).
     whisper: replace voicing with breath noise. notes: one line per contribution, for the UI and logs.
     """
 
     length_scale_factor: float = 1.0
+    f0_target_hz: float | None = None
+    voice_pitch_st: float = 0.0
     pitch_semitones: float = 0.0
     pitch_range: float = 1.0
     formant_factor: float = 1.0
@@ -93,6 +108,7 @@ class StyleAdjust:
         """True when nothing needs doing to the audio or the durations."""
         return (
             self.length_scale_factor == 1.0
+            and self.f0_target_hz is None
             and self.pitch_semitones == 0.0
             and self.pitch_range == 1.0
             and self.formant_factor == 1.0
@@ -100,6 +116,11 @@ class StyleAdjust:
             and self.tilt_db_per_octave == 0.0
             and not self.whisper
         )
+
+    @property
+    def requested_pitch_st(self) -> float:
+        """The whole pitch change asked of the voice: the age/gender target's plus the explicit shift."""
+        return self.voice_pitch_st + self.pitch_semitones
 
 
 NEUTRAL_RECIPE = EmotionRecipe(1.0, 0.0, 1.0, 0.0, 0.0)
@@ -116,26 +137,36 @@ _RECIPES: Mapping[Emotion, EmotionRecipe] = MappingProxyType(
         Emotion.WHISPER: EmotionRecipe(0.95, 0.0, 1.0, -4.0, 0.0, whisper=True),
     }
 )
-_AGE_SHIFTS: Mapping[Age, VoiceShift] = MappingProxyType(
+MALE_ADULT = VoiceClass(120.0, 1.0)
+FEMALE_ADULT = VoiceClass(210.0, 1.17)
+_CHILD: Mapping[Gender, VoiceClass] = MappingProxyType(
+    {Gender.MALE: VoiceClass(265.0, 1.28), Gender.FEMALE: VoiceClass(285.0, 1.30)}
+)
+# age -> (F0 factor for male, for female, formant factor) applied to the adult class
+_AGE_CLASS: Mapping[Age, tuple[float, float, float]] = MappingProxyType(
     {
-        Age.CHILD: VoiceShift(5.0, 1.15, 1.12, 1.0, 0.5),
-        Age.YOUNG_ADULT: VoiceShift(0.5, 1.05, 1.02, 1.03, 0.0),
-        Age.MIDDLE_AGED: VoiceShift(-0.5, 1.0, 0.99, 1.0, 0.0),
-        Age.ELDERLY: VoiceShift(-1.5, 0.85, 0.97, 0.90, -1.0),
+        Age.YOUNG_ADULT: (1.05, 1.05, 1.01),
+        Age.MIDDLE_AGED: (0.96, 0.96, 0.99),
+        Age.ELDERLY: (0.97, 0.88, 0.97),
     }
 )
-_GENDER_SHIFTS: Mapping[Gender, VoiceShift] = MappingProxyType(
+_AGE_MANNER: Mapping[Age, AgeManner] = MappingProxyType(
     {
-        Gender.FEMALE: VoiceShift(4.0, 1.10, 1.10),
-        Gender.MALE: VoiceShift(-3.0, 0.95, 0.93),
+        Age.CHILD: AgeManner(1.0, 1.15, 0.5),
+        Age.YOUNG_ADULT: AgeManner(1.03, 1.05, 0.0),
+        Age.MIDDLE_AGED: AgeManner(1.0, 1.0, 0.0),
+        Age.ELDERLY: AgeManner(0.90, 0.85, -1.0),
     }
 )
+FEMALE_FROM_HZ = 160.0  # a voice whose median F0 is above this is taken as female
+CHILD_FROM_HZ = 255.0  # ... and above this as a child
+TARGET_KEEPS = 0.5  # share of the voice's own log-F0 distance from its class that the target keeps
 TILT_PER_DB = 0.2
 _LIMITS = {
     "length": (0.5, 2.0),
     "pitch": (-12.0, 12.0),
     "range": (0.3, 2.5),
-    "formant": (0.8, 1.25),
+    "formant": (0.75, 1.35),
     "gain": (-18.0, 12.0),
     "tilt": (-3.0, 3.0),
 }
@@ -146,53 +177,77 @@ def emotion_recipes() -> Mapping[Emotion, EmotionRecipe]:
     return _RECIPES
 
 
-def voice_shifts() -> Mapping[Age | Gender, VoiceShift]:
-    """The shift per age and gender (read-only), for docs and the UI."""
-    return MappingProxyType({**_AGE_SHIFTS, **_GENDER_SHIFTS})
+def voice_class(gender: Gender, age: Age | None) -> VoiceClass:
+    """The typical median F0 and formant scale of a gender at an age (None: adult)."""
+    if age is Age.CHILD:
+        return _CHILD[gender]
+    adult = MALE_ADULT if gender is Gender.MALE else FEMALE_ADULT
+    if age is None:
+        return adult
+    male_f0, female_f0, formant = _AGE_CLASS[age]
+    return VoiceClass(adult.f0_hz * (male_f0 if gender is Gender.MALE else female_f0), adult.formant * formant)
 
 
-def style_adjust(style: Style, voice_gender: Gender | None = None, voice_age: Age | None = None) -> StyleAdjust:
-    """The signal-level settings for ``style`` on a voice of ``voice_gender``/``voice_age`` (None = unknown)."""
+def classify_voice(f0_hz: float) -> tuple[Gender, Age | None]:
+    """The class a voice of this median F0 is taken for (male adult below 160 Hz, a child above 255 Hz)."""
+    gender = Gender.FEMALE if f0_hz >= FEMALE_FROM_HZ else Gender.MALE
+    return gender, (Age.CHILD if f0_hz >= CHILD_FROM_HZ else None)
+
+
+@dataclass(frozen=True)
+class VoiceTarget:
+    """Where an age/gender request moves a voice: F0 target, semitones from the voice, formant factor."""
+
+    f0_hz: float | None = None
+    semitones: float = 0.0
+    formant: float = 1.0
+
+
+def voice_target(style: Style, voice_f0_hz: float | None) -> VoiceTarget:
+    """The age/gender target for a voice of median ``voice_f0_hz`` (None: taken as a male adult at 120 Hz)."""
+    if style.age is None and style.gender is None:
+        return VoiceTarget()
+    own_f0 = voice_f0_hz if voice_f0_hz and voice_f0_hz > 0 else MALE_ADULT.f0_hz
+    gender, age = classify_voice(own_f0)
+    target_gender, target_age = style.gender or gender, style.age or age
+    if (target_gender, target_age) == (gender, age):
+        return VoiceTarget()
+    own, goal = voice_class(gender, age), voice_class(target_gender, target_age)
+    same_class = target_gender is gender and Age.CHILD not in (age, target_age)
+    keeps = 1.0 if same_class else TARGET_KEEPS  # an adult age keeps the voice's own pitch, moved by the age
+    f0 = goal.f0_hz * (own_f0 / own.f0_hz) ** keeps
+    return VoiceTarget(f0, 12.0 * math.log2(f0 / own_f0), goal.formant / own.formant)
+
+
+def style_adjust(style: Style, voice_f0_hz: float | None = None) -> StyleAdjust:
+    """The signal-level settings for ``style`` on a voice of median F0 ``voice_f0_hz`` (None = unknown).
+
+    Explicit speed, pitch, range and volume replace the emotion recipe's; the recipe fills the rest.
+    """
     recipe = _RECIPES[style.emotion] if style.emotion is not None else NEUTRAL_RECIPE
     notes: list[str] = []
     if style.emotion is not None and recipe != NEUTRAL_RECIPE:
         notes.append(_recipe_note(style.emotion, recipe))
-    shifts: list[VoiceShift] = []
-    if style.age is not None and style.age != voice_age:
-        shifts.append(_AGE_SHIFTS[style.age])
-        notes.append(f"age {style.age.value}: {_shift_note(_AGE_SHIFTS[style.age])}")
-    if style.gender is not None and style.gender != voice_gender:
-        gender = _GENDER_SHIFTS[style.gender]
-        if style.age is Age.CHILD:  # children's voices differ little by sex: half the shift
-            gender = _scaled(gender, 0.5)
-        shifts.append(gender)
-        notes.append(f"gender {style.gender.value}: {_shift_note(gender)}")
-
-    speed = style.speed if style.speed is not None else recipe.speed * math.prod(s.speed for s in shifts)
-    volume = style.volume_db or 0.0
-    pitch = (style.pitch_semitones or 0.0) + recipe.pitch_semitones + sum(s.pitch_semitones for s in shifts)
-    pitch_range = (style.pitch_range or 1.0) * recipe.pitch_range * math.prod(s.pitch_range for s in shifts)
-    tilt = TILT_PER_DB * volume + recipe.tilt_db_per_octave + sum(s.tilt_db_per_octave for s in shifts)
+    target = voice_target(style, voice_f0_hz)
+    manner = _AGE_MANNER[style.age] if style.age is not None and target.f0_hz is not None else AgeManner()
+    if target.f0_hz is not None:
+        notes.append(f"voice target {target.f0_hz:.0f} Hz ({target.semitones:+.1f} st), formants x{target.formant:.2f}")
+    speed = style.speed if style.speed is not None else recipe.speed * manner.speed
+    pitch = style.pitch_semitones if style.pitch_semitones is not None else recipe.pitch_semitones
+    pitch_range = style.pitch_range if style.pitch_range is not None else recipe.pitch_range * manner.pitch_range
+    volume = style.volume_db if style.volume_db is not None else recipe.gain_db
+    tilt = TILT_PER_DB * (style.volume_db or 0.0) + recipe.tilt_db_per_octave + manner.tilt_db_per_octave
     return StyleAdjust(
         length_scale_factor=_limit("length", 1.0 / speed),
+        f0_target_hz=None if target.f0_hz is None else round(target.f0_hz, 2),
+        voice_pitch_st=round(target.semitones, 3),
         pitch_semitones=_limit("pitch", pitch),
         pitch_range=_limit("range", pitch_range),
-        formant_factor=_limit("formant", float(math.prod(s.formant_factor for s in shifts))),
-        gain_db=_limit("gain", volume + recipe.gain_db),
+        formant_factor=_limit("formant", target.formant),
+        gain_db=_limit("gain", volume),
         tilt_db_per_octave=_limit("tilt", tilt),
         whisper=recipe.whisper,
         notes=tuple(notes),
-    )
-
-
-def _scaled(shift: VoiceShift, k: float) -> VoiceShift:
-    """``shift`` applied ``k`` times as strongly (factors scale in the log domain)."""
-    return VoiceShift(
-        pitch_semitones=shift.pitch_semitones * k,
-        pitch_range=shift.pitch_range**k,
-        formant_factor=shift.formant_factor**k,
-        speed=shift.speed**k,
-        tilt_db_per_octave=shift.tilt_db_per_octave * k,
     )
 
 
@@ -207,7 +262,3 @@ def _recipe_note(emotion: Emotion, r: EmotionRecipe) -> str:
         f"emotion {emotion.value}: pitch {r.pitch_semitones:+.1f} st, range x{r.pitch_range:.2f}, "
         f"speed x{r.speed:.2f}, {r.gain_db:+.0f} dB, tilt {r.tilt_db_per_octave:+.1f} dB/oct{whisper}"
     )
-
-
-def _shift_note(s: VoiceShift) -> str:
-    return f"pitch {s.pitch_semitones:+.1f} st, range x{s.pitch_range:.2f}, formants x{s.formant_factor:.2f}"

@@ -149,7 +149,9 @@ class Studio:
                 notices = f"{notices} {take.storage_error}".strip()
             if self.cache_dir is not None:
                 audio = str(write_playable(take.result, self.cache_dir))
-        return Shown(take, audio, f"{metadata_line(take.result)}\n\n{notices}".strip())
+        check = take.result.style_check
+        styled = f"\n\n**Style, asked vs measured:** {check.line()}" if check is not None else ""
+        return Shown(take, audio, f"{metadata_line(take.result)}{styled}\n\n{notices}".strip())
 
     def run_streaming(self, request: GenerationRequest) -> Iterator[tuple[Any, Any, Any, str, Shown | None]]:
         """(live chunk, subtitles, saved audio, status, finished take) as the engine makes them."""
@@ -360,6 +362,8 @@ def describe_parsed(parsed: ParsedInstruction) -> str:
     lines = [f"**Style:** {describe_style(parsed.style)}"]
     if parsed.matched:
         lines.append(f"**Understood:** {', '.join(parsed.matched)}")
+    if parsed.not_rendered:
+        lines.append(f"**Not rendered** (read, but nothing the voice can do): {', '.join(parsed.not_rendered)}")
     if parsed.not_understood:
         lines.append(f"**Not understood:** {', '.join(parsed.not_understood)}")
     return "\n\n".join(lines)

@@ -164,18 +164,28 @@ class SpeakerEncoder:
 
     def embed(self, samples16k: np.ndarray) -> torch.Tensor:
         """Unit-norm 256-d embedding of 16 kHz mono speech, on the encoder's device."""
-        wav = trim_long_silences(normalize_volume(np.asarray(samples16k, dtype=np.float32)))
-        if len(wav) == 0:
-            wav = np.zeros(HOP, dtype=np.float32)
-        slices = partial_slices(len(wav))
-        needed = slices[-1].stop * HOP
-        wav = np.pad(wav, (0, max(0, needed - len(wav))))
+        return self.embed_batch([samples16k])[0]
+
+    def embed_batch(self, pieces16k: list[np.ndarray]) -> list[torch.Tensor]:
+        """One embedding per piece; every piece's partial utterances go through the LSTM as one batch."""
+        partials: list[torch.Tensor] = []
+        counts: list[int] = []
         with torch.inference_mode():
-            mel = self.mel(torch.from_numpy(wav).to(self.device))
-            partials = torch.stack([mel[s] for s in slices])
-            mean: torch.Tensor = self.model(partials).mean(dim=0)
-            norm: torch.Tensor = torch.linalg.vector_norm(mean)
-            return mean / norm.clamp_min(1e-12)
+            for samples in pieces16k:
+                wav = trim_long_silences(normalize_volume(np.asarray(samples, dtype=np.float32)))
+                if len(wav) == 0:
+                    wav = np.zeros(HOP, dtype=np.float32)
+                slices = partial_slices(len(wav))
+                wav = np.pad(wav, (0, max(0, slices[-1].stop * HOP - len(wav))))
+                mel = self.mel(torch.from_numpy(wav).to(self.device))
+                partials.extend(mel[s] for s in slices)
+                counts.append(len(slices))
+            embedded = self.model(torch.stack(partials)) if partials else torch.zeros(0, 256, device=self.device)
+            out = []
+            for chunk in torch.split(embedded, counts):
+                mean = chunk.mean(dim=0)
+                out.append(mean / torch.linalg.vector_norm(mean).clamp_min(1e-12))
+            return out
 
     @staticmethod
     def similarity(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -15,18 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
 
-from voicelab.voice.analysis import VoiceStats, analyse_voice, f0_median_hz, ltas_db, resample
-from voicelab.voice.dsp import (
-    EQ_LIMIT_DB,
-    VoiceTransform,
-    WorldFeatures,
-    analyse_world,
-    equalise,
-    render_world,
-)
+from voicelab.voice import spectral
+from voicelab.voice.analysis import VoiceStats, analyse_voice, ltas_db, resample
+from voicelab.voice.dsp import EQ_LIMIT_DB, VoiceTransform, transform_batch
 from voicelab.voice.encoder import SAMPLE_RATE as ENCODER_RATE
 from voicelab.voice.encoder import SpeakerEncoder
+from voicelab.voice.pitch import voiced_median, yin_f0
 from voicelab.voice.profile import SpeakerProfile, formant_ratio
 
 log = logging.getLogger(__name__)
@@ -81,20 +77,34 @@ def smooth_eq(target_ltas: tuple[float, ...], current_ltas: np.ndarray) -> tuple
     return tuple(float(v) for v in np.clip(smooth, -EQ_LIMIT_DB, EQ_LIMIT_DB))
 
 
+def median_f0(audio: np.ndarray, sr: int, device: torch.device | str = "cpu") -> float:
+    """Median F0 of the voiced frames (the torch tracker the transform uses); 0.0 when nothing is voiced."""
+    x = torch.from_numpy(np.asarray(audio, dtype=np.float32)).to(device).unsqueeze(0)
+    with torch.inference_mode():
+        return float(voiced_median(yin_f0(x, sr, spectral.Grid.for_rate(sr).hop))[0])
+
+
 class VoiceMatcher:
     """Finds and scores voice-matching transforms with one speaker encoder."""
 
-    def __init__(self, encoder: SpeakerEncoder, max_evaluations: int = MAX_EVALUATIONS) -> None:
+    def __init__(
+        self, encoder: SpeakerEncoder, max_evaluations: int = MAX_EVALUATIONS, renderer: str = "torch"
+    ) -> None:
         self.encoder = encoder
         self.max_evaluations = max_evaluations
+        self.renderer = renderer  # the search renders with the renderer the requests will use
 
     def similarity(self, audio: np.ndarray, sr: int, profile: SpeakerProfile) -> float:
-        embedding = self.encoder.embed(resample(audio, sr, ENCODER_RATE))
-        return self.encoder.similarity(embedding, profile.embedding)
+        return self.similarities([audio], sr, profile)[0]
+
+    def similarities(self, pieces: list[np.ndarray], sr: int, profile: SpeakerProfile) -> list[float]:
+        """Similarity of each piece to the prompt, all embedded in one batch."""
+        embeddings = self.encoder.embed_batch([resample(p, sr, ENCODER_RATE) for p in pieces])
+        return [self.encoder.similarity(e, profile.embedding) for e in embeddings]
 
     def score(self, output: np.ndarray, sr: int, profile: SpeakerProfile) -> tuple[float, float]:
         """Similarity of a finished output to the prompt, and the output's median F0 in Hz."""
-        return self.similarity(output, sr, profile), f0_median_hz(output, sr)
+        return self.similarity(output, sr, profile), median_f0(output, sr, self.encoder.device)
 
     def analytic(self, profile: SpeakerProfile, base: VoiceStats) -> VoiceTransform:
         """The transform from statistics alone (flat EQ; the EQ depends on the rendered audio).
@@ -142,12 +152,17 @@ class VoiceMatcher:
 
 
 class _Search:
-    """One coordinate search; the WORLD analysis and renders are shared between candidates."""
+    """One coordinate search; the spectral analysis and renders are shared between candidates."""
 
     def __init__(self, matcher: VoiceMatcher, profile: SpeakerProfile, audio: np.ndarray, sr: int) -> None:
         self.matcher, self.profile, self.sr = matcher, profile, sr
         self.start = matcher.analytic(profile, analyse_voice(audio, sr))
-        self.features: WorldFeatures = analyse_world(audio, sr)
+        self.audio = torch.from_numpy(np.asarray(audio, dtype=np.float32)).to(matcher.encoder.device).unsqueeze(0)
+        self.lengths = torch.tensor([len(audio)], device=self.audio.device)
+        self.analysis: spectral.Analysis | None = None
+        if matcher.renderer == "torch":
+            with torch.inference_mode():
+                self.analysis = spectral.analyse(self.audio, self.lengths, sr)
         self.renders: dict[tuple[float, float, float], tuple[np.ndarray, tuple[float, ...]]] = {}
         self.base_similarity = matcher.similarity(audio, sr, profile)
         self.scores: dict[_Candidate | None, float] = {None: self.base_similarity}
@@ -168,20 +183,24 @@ class _Search:
             formant_factor=c.formant_factor,
         )
 
+    def _run(self, transform: VoiceTransform) -> np.ndarray:
+        out = transform_batch(
+            self.audio, self.lengths, self.sr, [transform], analysis=self.analysis, renderer=self.matcher.renderer
+        )
+        return np.asarray(out[0].cpu().numpy(), dtype=np.float32)
+
     def _render(self, c: _Candidate) -> tuple[np.ndarray, tuple[float, ...]]:
-        """WORLD rendering of the candidate's pitch and formants, and the full-strength EQ toward the prompt."""
+        """The candidate's pitch and formants rendered, and the full-strength EQ toward the prompt."""
         key = (c.pitch_offset_st, c.range_factor, c.formant_factor)
         if key not in self.renders:
-            audio = render_world(self.features, self._voice(c))
+            audio = self._run(replace(self._voice(c), gain_db=0.0))
             eq = smooth_eq(self.profile.stats.ltas_db, ltas_db(resample(audio, self.sr, ENCODER_RATE), ENCODER_RATE))
             self.renders[key] = (audio, eq)
         return self.renders[key]
 
     def evaluate(self, c: _Candidate) -> float:
         if c not in self.scores:
-            rendered, _ = self._render(c)
-            t = self.transform(c)
-            out = equalise(rendered, self.sr, t.eq_gains_db, t.tilt_db_per_octave)
+            out = self._run(replace(self.transform(c), gain_db=0.0))
             self.scores[c] = self.matcher.similarity(out, self.sr, self.profile)
         return self.scores[c]
 
