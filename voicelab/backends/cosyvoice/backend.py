@@ -7,6 +7,7 @@ instruction untouched and only scores similarity. Each normalised sentence is on
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Generator, Iterator
@@ -172,4 +173,5 @@ def create(settings: Settings) -> CosyVoiceBackend:
     if problem:
         raise BackendLoadError(problem)
     config = CosyVoiceConfig(Path(model_dir_of(settings)), settings.cosyvoice_code, settings.profile_cache_size)
-    return CosyVoiceBackend(config)
+    fast_decode = settings.backend_option("fast_decode", "auto")  # --backend-options fast_decode=auto|on|off
+    return CosyVoiceBackend(config, functools.partial(load_runtime, fast_decode=fast_decode))

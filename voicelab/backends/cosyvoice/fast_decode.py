@@ -121,3 +121,18 @@ def fix_step_mask(encoder: Any) -> None:
         return original(xs, full, cache)
 
     encoder.forward_one_step = forward_one_step
+
+
+MODES = ("auto", "on", "off")
+
+
+def prepare_llm(llm: Any, device: str, mode: str, mask_stops: bool) -> FastDecoder | None:
+    """At load time: repair upstream's eager step mask, then install the fast path when ``mode`` asks for it
+    ("auto": on CUDA only; the backend option ``fast_decode``). Must run before ``upstream.install_guards``
+    wraps the sampler. Returns the decoder, or ``None`` when upstream's own loop stays in charge."""
+    if mode not in MODES:
+        raise ValueError(f"fast_decode must be one of {', '.join(MODES)}, not {mode!r}")
+    fix_step_mask(llm.llm)
+    if mode == "off" or (mode == "auto" and not device.startswith("cuda")):
+        return None
+    return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops))
