@@ -176,3 +176,59 @@ def test_upstream_eager_step_attends_to_every_position_once_fixed(llm_dir: Path)
 
     if int(transformers.__version__.split(".")[0]) >= 5:  # the bug fix_step_mask exists for
         assert not torch.allclose(broken, full, atol=1e-3)
+
+
+def _prompt(length: int, seed: int) -> Any:
+    return torch.randn(1, length, 896, generator=torch.Generator().manual_seed(seed)) * 0.05
+
+
+def test_a_batch_of_different_requests_equals_each_run_alone(llm: Any) -> None:
+    import threading
+
+    from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher
+
+    jobs = [(_prompt(9, 1), 4, 12, 10), (_prompt(15, 2), 2, 6, 11), (_prompt(5, 3), 8, 16, 12)]  # leave early, late
+    batcher = DecodeBatcher(llm, BatchConfig(slots=2, capacity=128))  # three requests, two slots: one waits
+    try:
+        alone = [list(batcher.decode(p, lo, hi, seed=s)) for p, lo, hi, s in jobs]
+        together: list[list[int]] = [[] for _ in jobs]
+
+        def run(index: int) -> None:
+            prompt, low, high, seed = jobs[index]
+            together[index] = list(batcher.decode(prompt, low, high, seed=seed))
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+    finally:
+        batcher.close()
+    assert together == alone
+    assert [len(tokens) for tokens in alone] == [12, 6, 16]
+    assert len({tuple(t[:6]) for t in alone}) == 3
+
+
+def test_batched_greedy_decode_equals_upstreams_loop(llm_dir: Path) -> None:
+    from voicelab.backends.cosyvoice.batch_decode import BatchConfig, install_batched_decode
+    from voicelab.backends.cosyvoice.fast_decode import fix_step_mask
+
+    llm = tiny_llm(llm_dir, top_k=1, tau_r=2.0)
+    fix_step_mask(llm.llm)
+    upstream = _tokens(lambda: llm.inference(**_inputs()), 0)
+    batcher = install_batched_decode(llm, BatchConfig(slots=3, capacity=128))
+    try:
+        assert _tokens(lambda: llm.inference(**_inputs()), 0) == upstream
+    finally:
+        batcher.close()
+
+
+def test_decode_options_parse_and_cpu_auto_keeps_upstreams_loop(llm: Any) -> None:
+    from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, prepare_llm
+
+    assert DecodeChoice.parse("on", "4") == DecodeChoice("on", 4)
+    for mode, slots in (("fast", "1"), ("on", "0"), ("on", "two")):
+        with pytest.raises(ValueError):
+            DecodeChoice.parse(mode, slots)
+    assert prepare_llm(llm, "cpu", DecodeChoice(), mask_stops=False) is None
+    assert "inference_wrapper" not in vars(llm)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache
-from voicelab.backends.cosyvoice.sampling import RasParams, ras_sample
+from voicelab.backends.cosyvoice.sampling import TokenRules
 from voicelab.backends.cosyvoice.step_graphs import StepRunner
 
 log = logging.getLogger(__name__)
@@ -46,26 +46,14 @@ class FastDecoder:
 
     def __init__(self, llm: Any, config: FastDecodeConfig) -> None:
         param = llm.llm_decoder.weight
-        shape = QwenShape.of(llm.llm.model.config)
-        self.llm, self.config = llm, config
-        self.params = RasParams.of(llm.sampling)
-        cache = StaticKvCache(shape, 1, config.capacity, param.dtype, param.device)
+        cache = StaticKvCache(QwenShape.of(llm.llm.model.config), 1, config.capacity, param.dtype, param.device)
+        self.config = config
+        self.rules = TokenRules.of(llm, config.mask_stops)
         self.runner = StepRunner(llm, cache, config.graphs)
-        self.stop_ids = frozenset(int(t) for t in getattr(llm, "stop_token_ids", [llm.speech_token_size]))
-        self.banned = torch.tensor(sorted(self.stop_ids), device=param.device) if config.mask_stops else None
-        self.end_id = int(llm.speech_token_size)  # what upstream's sampling_ids masks before min_len
         self.lock = threading.Lock()
 
     def fits(self, lm_input: torch.Tensor, max_len: int) -> bool:
         return int(lm_input.shape[1]) + max_len <= self.config.capacity
-
-    def _sample(self, logp: torch.Tensor, decoded: list[int], index: int, min_len: int) -> int:
-        scores = logp.clone()
-        if self.banned is not None:
-            scores[self.banned] = -float("inf")
-        if index < min_len:
-            scores[self.end_id] = -float("inf")
-        return ras_sample(scores, decoded, self.params)
 
     @torch.inference_mode()
     def decode(self, lm_input: torch.Tensor, min_len: int, max_len: int) -> Iterator[int]:
@@ -75,8 +63,8 @@ class FastDecoder:
         logp = runner.prefill(lm_input.to(runner.logp.dtype), slot=0)
         decoded: list[int] = []
         for index in range(max_len):
-            token = self._sample(logp, decoded, index, min_len)
-            if token in self.stop_ids:
+            token = self.rules.sample(logp, decoded, min_len)
+            if token in self.rules.stop_ids:
                 return
             yield token
             decoded.append(token)
@@ -121,18 +109,3 @@ def fix_step_mask(encoder: Any) -> None:
         return original(xs, full, cache)
 
     encoder.forward_one_step = forward_one_step
-
-
-MODES = ("auto", "on", "off")
-
-
-def prepare_llm(llm: Any, device: str, mode: str, mask_stops: bool) -> FastDecoder | None:
-    """At load time: repair upstream's eager step mask, then install the fast path when ``mode`` asks for it
-    ("auto": on CUDA only; the backend option ``fast_decode``). Must run before ``upstream.install_guards``
-    wraps the sampler. Returns the decoder, or ``None`` when upstream's own loop stays in charge."""
-    if mode not in MODES:
-        raise ValueError(f"fast_decode must be one of {', '.join(MODES)}, not {mode!r}")
-    fix_step_mask(llm.llm)
-    if mode == "off" or (mode == "auto" and not device.startswith("cuda")):
-        return None
-    return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops))

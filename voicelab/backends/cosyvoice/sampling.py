@@ -78,29 +78,63 @@ def nucleus_size(top: torch.Tensor, top_p: float, top_k: int) -> int:
     return count
 
 
-def nucleus_sample(scores: torch.Tensor, params: RasParams) -> int:
-    """Upstream's ``nucleus_sampling`` on a 1-D score vector (log-probabilities or logits)."""
+def nucleus_sample(scores: torch.Tensor, params: RasParams, generator: torch.Generator | None = None) -> int:
+    """Upstream's ``nucleus_sampling`` on a 1-D score vector (log-probabilities or logits); ``generator``:
+    the device's default one (upstream's) when ``None``."""
     values, indices = scores.softmax(dim=0).sort(descending=True, stable=True)
     top = values[: params.top_k]
     count = nucleus_size(top.cpu(), params.top_p, params.top_k)
     prob = top[:count]
-    noise = torch.empty_like(prob).exponential_(1)  # what multinomial(1) draws
+    noise = torch.empty_like(prob).exponential_(1, generator=generator)  # what multinomial(1) draws
     return int(indices[(prob / noise).argmax()])
 
 
-def random_sample(scores: torch.Tensor) -> int:
+def random_sample(scores: torch.Tensor, generator: torch.Generator | None = None) -> int:
     """Upstream's ``random_sampling``: one draw over the whole softmax."""
     prob = scores.softmax(dim=0)
-    noise = torch.empty_like(prob).exponential_(1)
+    noise = torch.empty_like(prob).exponential_(1, generator=generator)
     return int((prob / noise).argmax())
 
 
-def ras_sample(scores: torch.Tensor, decoded: Sequence[int], params: RasParams) -> int:
+def ras_sample(
+    scores: torch.Tensor, decoded: Sequence[int], params: RasParams, generator: torch.Generator | None = None
+) -> int:
     """Upstream's ``ras_sampling(scores, decoded, ...)``; like upstream it writes -inf into ``scores`` when the
     nucleus token repeats too often, then draws again over the rest."""
-    token = nucleus_sample(scores, params)
+    token = nucleus_sample(scores, params, generator)
     window = list(decoded[-params.win_size :])
     if window.count(token) >= params.win_size * params.tau_r:
         scores[token] = -float("inf")
-        token = random_sample(scores)
+        token = random_sample(scores, generator)
     return token
+
+
+@dataclass(frozen=True)
+class TokenRules:
+    """What upstream's ``inference_wrapper`` and ``sampling_ids`` do around the sampler, for one LLM.
+
+    end_id: the id ``sampling_ids`` masks while fewer than ``min_len`` tokens exist (``speech_token_size``).
+    stop_ids: ids that end the utterance. banned: ids never drawn (random-weight models mask every stop id)."""
+
+    params: RasParams
+    stop_ids: frozenset[int]
+    end_id: int
+    banned: torch.Tensor | None
+
+    @classmethod
+    def of(cls, llm: Any, mask_stops: bool) -> TokenRules:
+        stops = frozenset(int(t) for t in getattr(llm, "stop_token_ids", [llm.speech_token_size]))
+        device = llm.llm_decoder.weight.device
+        banned = torch.tensor(sorted(stops), device=device) if mask_stops else None
+        return cls(RasParams.of(llm.sampling), stops, int(llm.speech_token_size), banned)
+
+    def sample(
+        self, logp: torch.Tensor, decoded: Sequence[int], min_len: int, generator: torch.Generator | None = None
+    ) -> int:
+        """The next token after ``decoded`` from its (vocabulary,) log-probabilities (left unchanged)."""
+        scores = logp.clone()
+        if self.banned is not None:
+            scores[self.banned] = -float("inf")
+        if len(decoded) < min_len:
+            scores[self.end_id] = -float("inf")
+        return ras_sample(scores, decoded, self.params, generator)

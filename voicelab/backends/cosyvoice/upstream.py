@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from voicelab.backends.cosyvoice.fast_decode import prepare_llm
+from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, prepare_llm
 from voicelab.backends.cosyvoice.features import SpeakerEntry, UpstreamFeaturizer
 from voicelab.backends.cosyvoice.modes import Mode, ModePlan
 from voicelab.errors import BackendLoadError, BackendRuntimeError, VoiceLabError
@@ -264,12 +264,17 @@ def _upstream_classes(version: int) -> tuple[Any, Any, Any]:
 
 
 def load_runtime(
-    model_dir: Path, code_dir: str, device: str, dtype: str, token_cap: int | None, fast_decode: str = "auto"
+    model_dir: Path,
+    code_dir: str,
+    device: str,
+    dtype: str,
+    token_cap: int | None,
+    decode: DecodeChoice | None = None,
 ) -> UpstreamRuntime:
     """Upstream's classes from the optional install (or ``code_dir``), built as its CosyVoice2/3 would build them,
     except: no download path, the Qwen body cast to an explicit dtype before the weights are read (transformers 5
     loads it in its config's dtype otherwise), our featurizer instead of file-reading prompt code, and the LLM's
-    token loop on our fast decode path (``fast_decode.prepare_llm``: "auto" = on CUDA)."""
+    token loop on our fast decode path (``decode_setup.prepare_llm``: by default on CUDA)."""
     block_downloads()
     _add_code_dir(code_dir)
     version = model_version(model_dir)
@@ -296,10 +301,7 @@ def load_runtime(
     model.load(str(model_dir / "llm.pt"), str(model_dir / "flow.pt"), str(model_dir / "hift.pt"))
     if dtype != "float32":
         model.llm.to(TORCH_DTYPES[dtype])
-    try:
-        prepare_llm(model.llm, device, fast_decode, mask_stops=token_cap is not None)
-    except ValueError as exc:
-        raise BackendLoadError(f"CosyVoice backend option: {exc}.") from exc
+    prepare_llm(model.llm, device, decode or DecodeChoice(), mask_stops=token_cap is not None)
     sample_rate = int(configs["sample_rate"])
     featurizer = UpstreamFeaturizer(frontend, sample_rate, model.device)
     del configs
