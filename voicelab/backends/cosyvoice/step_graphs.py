@@ -61,6 +61,7 @@ class StepRunner:
             self._eager(bucket)
         return self.logp
 
+    @torch.inference_mode()
     def _capture_all(self) -> None:
         """Capture one graph per bucket. The warm-up and capture write slot positions 0 (token 0), which any
         request's prefill overwrites before reading."""
