@@ -97,6 +97,8 @@ class DecodeBatcher:
         self.driver.join(timeout=10)
 
     def _drive(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # this thread's kernels go to the model's GPU
         with torch.inference_mode():
             while self._wait():
                 try:

@@ -2,9 +2,9 @@
 attention so that a decode step has fixed shapes and allocates nothing.
 
 The norms, projections, rotary embedding and MLP are transformers' own modules, called as they are; only the
-attention differs from transformers' path: a prompt is written into its slot's first positions, and a decode step
-writes each slot's new key/value at that slot's position and attends over a length bucket under a mask
-(positions at or before the slot's own). Grouped-query attention goes to PyTorch's SDPA (``enable_gqa``).
+attention differs from transformers' path: a prompt is written into its slot's first positions (PyTorch's causal
+SDPA), and a decode step writes each slot's new key/value at that slot's position and attends over a length bucket
+under a mask (positions at or before the slot's own), grouped-query heads sharing their key/value head in place.
 """
 
 from __future__ import annotations
@@ -69,13 +69,24 @@ class StaticQwen:
             attn = layer.self_attn
             query, key, value = self._qkv(attn, layer.input_layernorm(hidden), cos, sin)
             self.cache.write_step(index, positions, key, value)
-            keys, values = self.cache.view(index, length)
-            out = F.scaled_dot_product_attention(
-                query, keys, values, attn_mask=visible, scale=self.scaling, enable_gqa=True
-            )
+            out = self._grouped_attention(query, *self.cache.view(index, length), visible)
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(slots, 1, -1))
             hidden = self._mlp(layer, hidden)
         return self.norm(hidden[:, -1])
+
+    def _grouped_attention(
+        self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor
+    ) -> torch.Tensor:
+        """One query per slot, (slots, heads, 1, head_dim), over (slots, kv_heads, length, head_dim) keys and
+        values without repeating them per head group (query head h reads key/value head h // group, as
+        transformers' ``repeat_kv``); softmax in float32, as transformers' eager attention."""
+        slots, heads = query.shape[:2]
+        kv_heads = keys.shape[1]
+        grouped = query.view(slots, kv_heads, heads // kv_heads, self.head_dim)
+        scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scaling  # (slots, kv, group, length)
+        scores = scores.masked_fill(~visible.view(slots, 1, 1, -1), float("-inf"))
+        probs = scores.float().softmax(dim=-1).to(values.dtype)
+        return torch.matmul(probs, values).view(slots, heads, 1, self.head_dim)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
