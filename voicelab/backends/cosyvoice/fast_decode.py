@@ -55,6 +55,9 @@ class FastDecoder:
     def fits(self, lm_input: torch.Tensor, max_len: int) -> bool:
         return int(lm_input.shape[1]) + max_len <= self.config.capacity
 
+    def close(self) -> None:
+        """Nothing to stop (no thread); the cache and graphs go with the last reference."""
+
     @torch.inference_mode()
     def decode(self, lm_input: torch.Tensor, min_len: int, max_len: int) -> Iterator[int]:
         """Upstream's ``inference_wrapper`` loop (the non-vLLM branch) on the static cache."""

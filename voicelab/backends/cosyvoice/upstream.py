@@ -157,6 +157,7 @@ class UpstreamRuntime:
         self.frontend, self.model, self.featurizer = frontend, model, featurizer
         self.version, self.sample_rate = version, sample_rate
         self.watch = LlmWatch()
+        self.decoder: Any = None  # our fast decode path (``decode_setup.prepare_llm``), closed with the runtime
         self.hop_len: int | None = getattr(model, "token_hop_len", None)
         install_guards(model, self.watch, token_cap)
 
@@ -227,6 +228,9 @@ class UpstreamRuntime:
         return set(getattr(self.model, "tts_speech_token_dict", {}))
 
     def close(self) -> None:
+        if self.decoder is not None:
+            self.decoder.close()
+        self.decoder = None
         self.frontend = self.model = self.featurizer = None
         gc.collect()
 
@@ -301,9 +305,11 @@ def load_runtime(
     model.load(str(model_dir / "llm.pt"), str(model_dir / "flow.pt"), str(model_dir / "hift.pt"))
     if dtype != "float32":
         model.llm.to(TORCH_DTYPES[dtype])
-    prepare_llm(model.llm, device, decode or DecodeChoice(), mask_stops=token_cap is not None)
+    decoder = prepare_llm(model.llm, device, decode or DecodeChoice(), mask_stops=token_cap is not None)
     sample_rate = int(configs["sample_rate"])
     featurizer = UpstreamFeaturizer(frontend, sample_rate, model.device)
     del configs
     log.info("CosyVoice%d loaded from %s (%s, token cap %s)", version, model_dir, dtype, token_cap)
-    return UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
+    runtime = UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
+    runtime.decoder = decoder
+    return runtime
