@@ -158,14 +158,18 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, float]]:
     rows = [measure("upstream eager", llm, c, args.requests, args.tokens) for c in (1, 2)]
     llm.sampling = sampler  # the fast path reads ras_sampling's parameters and masks stops itself
     before = torch.cuda.memory_allocated() if args.device.startswith("cuda") else 0
-    install_fast_decode(llm, FastDecodeConfig(mask_stops=True))
-    memory = {"fast_cache_and_graphs_mb": (torch.cuda.memory_allocated() - before) / 2**20 if before else 0.0}
+    decoder = install_fast_decode(llm, FastDecodeConfig(mask_stops=True))
+    memory = {
+        "fast_cache_and_graphs_mb": (torch.cuda.memory_allocated() - before) / 2**20 if before else 0.0,
+        "fast_graphs_captured": float(len(decoder.runner.graphs)),
+    }
     measure("warm-up", llm, 1, 1, 8)
     rows.append(measure("fast (1 slot)", llm, 1, max(args.requests, 4), args.tokens))
     clients = [int(c) for c in args.clients.split(",")]
     before = torch.cuda.memory_allocated() if args.device.startswith("cuda") else 0
     batcher = install_batched_decode(llm, BatchConfig(slots=max(clients), mask_stops=True))
     memory["batch_cache_and_graphs_mb"] = (torch.cuda.memory_allocated() - before) / 2**20 if before else 0.0
+    memory["batch_graphs_captured"] = float(len(batcher.runner.graphs))
     try:
         for count in clients:
             rows.append(measure("fast batched", llm, count, max(2 * count, args.requests), args.tokens))

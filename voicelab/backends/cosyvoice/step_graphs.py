@@ -34,7 +34,12 @@ class StepRunner:
         self.logp = torch.zeros(cache.slots, vocabulary, dtype=cache.keys.dtype, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if graphs and device.type == "cuda":
-            self._capture_all()
+            try:
+                self._capture_all()
+            except RuntimeError as exc:  # e.g. a kernel that cannot be captured: keep the same steps, eagerly
+                self.graphs.clear()
+                torch.cuda.synchronize()
+                log.warning("CUDA graph capture failed, decoding eagerly on the static cache: %s", exc)
 
     @property
     def captured(self) -> bool:
