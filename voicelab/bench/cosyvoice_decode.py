@@ -145,6 +145,24 @@ def measure(side: str, llm: Any, clients: int, requests: int, tokens: int) -> Ro
     )  # fmt: skip
 
 
+def _device_bytes(cuda: bool) -> tuple[int, int]:
+    """(allocated, reserved) on the current CUDA device; zeros elsewhere."""
+    import torch
+
+    if not cuda:
+        return 0, 0
+    torch.cuda.synchronize()
+    return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+
+
+def _grown(name: str, before: tuple[int, int], after: tuple[int, int]) -> dict[str, float]:
+    """What building a decoder (its static cache, its graphs' pool) added, in MiB."""
+    return {
+        f"{name}: cache allocated MiB": (after[0] - before[0]) / 2**20,
+        f"{name}: cache + graph pool reserved MiB": (after[1] - before[1]) / 2**20,
+    }
+
+
 def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, float]]:
     import torch
 
@@ -157,18 +175,17 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, float]]:
         measure("warm-up", llm, 1, 1, 8)
     rows = [measure("upstream eager", llm, c, args.requests, args.tokens) for c in (1, 2)]
     llm.sampling = sampler  # the fast path reads ras_sampling's parameters and masks stops itself
-    before = torch.cuda.memory_allocated() if args.device.startswith("cuda") else 0
+    cuda = args.device.startswith("cuda")
+    before = _device_bytes(cuda)
     decoder = install_fast_decode(llm, FastDecodeConfig(mask_stops=True))
-    memory = {
-        "fast_cache_and_graphs_mb": (torch.cuda.memory_allocated() - before) / 2**20 if before else 0.0,
-        "fast_graphs_captured": float(len(decoder.runner.graphs)),
-    }
+    memory = _grown("fast", before, _device_bytes(cuda))
+    memory["fast_graphs_captured"] = float(len(decoder.runner.graphs))
     measure("warm-up", llm, 1, 1, 8)
     rows.append(measure("fast (1 slot)", llm, 1, max(args.requests, 4), args.tokens))
     clients = [int(c) for c in args.clients.split(",")]
-    before = torch.cuda.memory_allocated() if args.device.startswith("cuda") else 0
+    before = _device_bytes(cuda)
     batcher = install_batched_decode(llm, BatchConfig(slots=max(clients), mask_stops=True))
-    memory["batch_cache_and_graphs_mb"] = (torch.cuda.memory_allocated() - before) / 2**20 if before else 0.0
+    memory.update(_grown(f"batch {max(clients)} slots", before, _device_bytes(cuda)))
     memory["batch_graphs_captured"] = float(len(batcher.runner.graphs))
     try:
         for count in clients:
