@@ -7,6 +7,7 @@ instruction untouched and only scores similarity. Each normalised sentence is on
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Generator, Iterator
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, OptionSpec, SpeechRequest, run_plainly
+from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
 from voicelab.backends.cosyvoice.default_voice import default_prompt
 from voicelab.backends.cosyvoice.features import PROMPT_RATE, SpeakerEntry
 from voicelab.backends.cosyvoice.modes import BoundedLRU, ModePlan, plan_mode, segment_text
@@ -172,4 +174,10 @@ def create(settings: Settings) -> CosyVoiceBackend:
     if problem:
         raise BackendLoadError(problem)
     config = CosyVoiceConfig(Path(model_dir_of(settings)), settings.cosyvoice_code, settings.profile_cache_size)
-    return CosyVoiceBackend(config)
+    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N
+        decode = DecodeChoice.parse(
+            settings.backend_option("fast_decode", "auto"), settings.backend_option("decode_slots", "1")
+        )
+    except ValueError as exc:
+        raise BackendLoadError(f"CosyVoice backend option: {exc}.") from exc
+    return CosyVoiceBackend(config, functools.partial(load_runtime, decode=decode))

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, prepare_llm
 from voicelab.backends.cosyvoice.features import SpeakerEntry, UpstreamFeaturizer
 from voicelab.backends.cosyvoice.modes import Mode, ModePlan
 from voicelab.errors import BackendLoadError, BackendRuntimeError, VoiceLabError
@@ -156,6 +157,7 @@ class UpstreamRuntime:
         self.frontend, self.model, self.featurizer = frontend, model, featurizer
         self.version, self.sample_rate = version, sample_rate
         self.watch = LlmWatch()
+        self.decoder: Any = None  # our fast decode path (``decode_setup.prepare_llm``), closed with the runtime
         self.hop_len: int | None = getattr(model, "token_hop_len", None)
         install_guards(model, self.watch, token_cap)
 
@@ -226,6 +228,9 @@ class UpstreamRuntime:
         return set(getattr(self.model, "tts_speech_token_dict", {}))
 
     def close(self) -> None:
+        if self.decoder is not None:
+            self.decoder.close()
+        self.decoder = None
         self.frontend = self.model = self.featurizer = None
         gc.collect()
 
@@ -262,10 +267,18 @@ def _upstream_classes(version: int) -> tuple[Any, Any, Any]:
     return load_hyperpyyaml, CosyVoiceFrontEnd, model_class
 
 
-def load_runtime(model_dir: Path, code_dir: str, device: str, dtype: str, token_cap: int | None) -> UpstreamRuntime:
+def load_runtime(
+    model_dir: Path,
+    code_dir: str,
+    device: str,
+    dtype: str,
+    token_cap: int | None,
+    decode: DecodeChoice | None = None,
+) -> UpstreamRuntime:
     """Upstream's classes from the optional install (or ``code_dir``), built as its CosyVoice2/3 would build them,
     except: no download path, the Qwen body cast to an explicit dtype before the weights are read (transformers 5
-    loads it in its config's dtype otherwise), our featurizer instead of file-reading prompt code."""
+    loads it in its config's dtype otherwise), our featurizer instead of file-reading prompt code, and the LLM's
+    token loop on our fast decode path (``decode_setup.prepare_llm``: by default on CUDA)."""
     block_downloads()
     _add_code_dir(code_dir)
     version = model_version(model_dir)
@@ -292,8 +305,11 @@ def load_runtime(model_dir: Path, code_dir: str, device: str, dtype: str, token_
     model.load(str(model_dir / "llm.pt"), str(model_dir / "flow.pt"), str(model_dir / "hift.pt"))
     if dtype != "float32":
         model.llm.to(TORCH_DTYPES[dtype])
+    decoder = prepare_llm(model.llm, device, decode or DecodeChoice(), mask_stops=token_cap is not None)
     sample_rate = int(configs["sample_rate"])
     featurizer = UpstreamFeaturizer(frontend, sample_rate, model.device)
     del configs
     log.info("CosyVoice%d loaded from %s (%s, token cap %s)", version, model_dir, dtype, token_cap)
-    return UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
+    runtime = UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
+    runtime.decoder = decoder
+    return runtime

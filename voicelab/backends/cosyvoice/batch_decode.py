@@ -1,0 +1,183 @@
+"""Continuous batching of the speech-token LLM across requests: one decode step advances every active request.
+
+Upstream decodes each request in its own ``llm_job`` thread, one kernel sequence per token per request, so two
+requests take twice as long as one. ``DecodeBatcher`` owns a static cache of ``slots`` requests and one driver
+thread: at every step boundary it prefills newly arrived requests into free slots, samples each active request's
+next token by upstream's rules (``TokenRules``), retires those that stopped, reached ``max_len`` or were abandoned,
+and advances the rest with one (graph-replayed) step over all slots. Each request samples from its own generator
+(seeded from the default generator when it arrives), so a request's tokens do not depend on who it shares a step
+with: a batch of requests equals each run alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache
+from voicelab.backends.cosyvoice.sampling import TokenRules
+from voicelab.backends.cosyvoice.step_graphs import StepRunner
+
+log = logging.getLogger(__name__)
+_END = object()
+
+
+@dataclass
+class _Request:
+    lm_input: torch.Tensor
+    min_len: int
+    max_len: int
+    generator: torch.Generator
+    out: queue.Queue[Any] = field(default_factory=queue.Queue)
+    decoded: list[int] = field(default_factory=list)
+    logp: torch.Tensor | None = None
+    length: int = 0
+    abandoned: bool = False
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """slots: requests decoded together at most (the cache holds ``slots`` x ``capacity`` positions)."""
+
+    slots: int = 8
+    capacity: int = 2048
+    graphs: bool = True
+    mask_stops: bool = False
+
+
+class DecodeBatcher:
+    """Thread-safe: any number of threads call ``decode``; one driver thread runs the device work."""
+
+    def __init__(self, llm: Any, config: BatchConfig) -> None:
+        param = llm.llm_decoder.weight
+        shape = QwenShape.of(llm.llm.model.config)
+        cache = StaticKvCache(shape, config.slots, config.capacity, param.dtype, param.device)
+        self.config, self.device = config, param.device
+        self.rules = TokenRules.of(llm, config.mask_stops)
+        self.runner = StepRunner(llm, cache, config.graphs)
+        self.pending: deque[_Request] = deque()
+        self.active: dict[int, _Request] = {}
+        self.wake = threading.Condition()
+        self.closed = False
+        self.driver = threading.Thread(target=self._drive, name="voicelab-llm-batch", daemon=True)
+        self.driver.start()
+
+    def fits(self, lm_input: torch.Tensor, max_len: int) -> bool:
+        return int(lm_input.shape[1]) + max_len <= self.config.capacity
+
+    def decode(self, lm_input: torch.Tensor, min_len: int, max_len: int, seed: int | None = None) -> Iterator[int]:
+        """Upstream's token loop for one request, run in the shared batch; ``seed`` fixes its sampling (default:
+        drawn from the default CPU generator, so ``torch.manual_seed`` before the call fixes it too)."""
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        request = _Request(lm_input.detach(), min_len, max_len, generator)
+        with self.wake:
+            self.pending.append(request)
+            self.wake.notify()
+        try:
+            while (item := request.out.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            request.abandoned = True
+
+    def close(self) -> None:
+        with self.wake:
+            self.closed = True
+            self.wake.notify()
+        self.driver.join(timeout=10)
+
+    def _drive(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # this thread's kernels go to the model's GPU
+        with torch.inference_mode():
+            while self._wait():
+                try:
+                    self._admit()
+                    self._advance()
+                except Exception as exc:  # every waiting caller gets the error; none is left hanging
+                    log.error("batched decode failed: %s: %s", type(exc).__name__, exc)
+                    for request in [*self.active.values(), *self.pending]:
+                        request.out.put(exc)
+                        request.out.put(_END)
+                    self.active.clear()
+                    self.pending.clear()
+
+    def _wait(self) -> bool:
+        with self.wake:
+            while not self.closed and not self.active and not self.pending:
+                self.wake.wait()
+            return not self.closed
+
+    def _admit(self) -> None:
+        """Prefill waiting requests into free slots (a step boundary: no step is in flight)."""
+        free = [slot for slot in range(self.config.slots) if slot not in self.active]
+        while free:
+            with self.wake:
+                if not self.pending:
+                    return
+                request = self.pending.popleft()
+            if request.abandoned:
+                continue
+            slot = free.pop(0)
+            request.length = int(request.lm_input.shape[1])
+            request.logp = self.runner.prefill(request.lm_input.to(self.runner.logp.dtype), slot)
+            self.active[slot] = request
+
+    def _advance(self) -> None:
+        """Sample every active request's next token, retire finished ones, step the rest together."""
+        tokens = [0] * self.config.slots
+        positions = [0] * self.config.slots
+        for slot, request in list(self.active.items()):
+            token = self._next(request)
+            if token is None:
+                del self.active[slot]
+                request.out.put(_END)
+                continue
+            request.out.put(token)
+            tokens[slot], positions[slot] = token, request.length + len(request.decoded) - 1
+        if not self.active:
+            return
+        self.runner.tokens.copy_(torch.tensor(tokens))
+        self.runner.positions.copy_(torch.tensor(positions))
+        logp = self.runner.step(max(positions[slot] for slot in self.active) + 1)
+        for slot, request in self.active.items():
+            request.logp = logp[slot]
+
+    def _next(self, request: _Request) -> int | None:
+        """The request's next token, or ``None`` when it is done (stop id, ``max_len``, abandoned)."""
+        if request.abandoned or request.logp is None or len(request.decoded) >= request.max_len:
+            return None
+        token = self.rules.sample(request.logp, request.decoded, request.min_len, request.generator)
+        if token in self.rules.stop_ids:
+            return None
+        request.decoded.append(token)
+        return token
+
+
+def install_batched_decode(llm: Any, config: BatchConfig) -> DecodeBatcher:
+    """Route this LLM instance's token loop through a shared ``DecodeBatcher`` (upstream's class is untouched);
+    requests that do not fit its cache run upstream's own loop."""
+    batcher = DecodeBatcher(llm, config)
+    original = llm.inference_wrapper
+
+    def inference_wrapper(
+        lm_input: torch.Tensor, sampling: int, min_len: int, max_len: int, uuid: str
+    ) -> Iterator[int]:
+        if hasattr(llm, "vllm") or not batcher.fits(lm_input, max_len):
+            yield from original(lm_input, sampling, min_len, max_len, uuid)
+            return
+        yield from batcher.decode(lm_input, min_len, max_len)
+
+    llm.inference_wrapper = inference_wrapper
+    log.info("batched decode: %d slots, cache %.1f MiB", config.slots, batcher.runner.cache.nbytes / 2**20)
+    return batcher

@@ -1,0 +1,41 @@
+"""Which token loop a loaded CosyVoice LLM runs: upstream's own (repaired mask), ``FastDecoder`` or
+``DecodeBatcher``, chosen once at load time from the backend options ``fast_decode`` and ``decode_slots``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher, install_batched_decode
+from voicelab.backends.cosyvoice.fast_decode import FastDecodeConfig, FastDecoder, fix_step_mask, install_fast_decode
+
+MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class DecodeChoice:
+    """mode: "auto" (fast on CUDA, upstream's loop elsewhere), "on" or "off". slots: requests decoded together
+    (1: one at a time, a second concurrent request runs upstream's loop; more: continuous batching)."""
+
+    mode: str = "auto"
+    slots: int = 1
+
+    @classmethod
+    def parse(cls, mode: str, slots: str) -> DecodeChoice:
+        """From the option strings; ``ValueError`` with one sentence for anything else."""
+        if mode not in MODES:
+            raise ValueError(f"fast_decode must be one of {', '.join(MODES)}, not {mode!r}")
+        if not slots.isdigit() or not 1 <= int(slots) <= 64:
+            raise ValueError(f"decode_slots must be a whole number from 1 to 64, not {slots!r}")
+        return cls(mode, int(slots))
+
+
+def prepare_llm(llm: Any, device: str, choice: DecodeChoice, mask_stops: bool) -> FastDecoder | DecodeBatcher | None:
+    """At load time: repair upstream's eager step mask, then install the fast path if ``choice`` asks for it.
+    Must run before ``upstream.install_guards`` wraps the sampler. ``None``: upstream's loop stays in charge."""
+    fix_step_mask(llm.llm)
+    if choice.mode == "off" or (choice.mode == "auto" and not device.startswith("cuda")):
+        return None
+    if choice.slots > 1:
+        return install_batched_decode(llm, BatchConfig(slots=choice.slots, mask_stops=mask_stops))
+    return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops))

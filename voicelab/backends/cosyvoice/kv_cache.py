@@ -1,0 +1,90 @@
+"""A static key/value cache for the speech-token LLM: allocated once, read through length buckets.
+
+Upstream's decode grows a ``DynamicCache`` by concatenation every token (a new allocation per layer per token,
+and shapes a CUDA graph cannot replay). Here every slot (one request each) owns ``capacity`` positions from the
+start; a decode step attends over the first ``bucket`` positions, the smallest bucket that holds every active
+slot's next position, so one captured graph serves every step whose length falls in its bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+MIN_BUCKET = 128
+
+
+@dataclass(frozen=True)
+class QwenShape:
+    """The sizes of a Qwen2 body that the cache and the static forward need."""
+
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+
+    @classmethod
+    def of(cls, config: Any) -> QwenShape:
+        """From a transformers ``Qwen2Config``."""
+        heads = int(config.num_attention_heads)
+        hidden = int(config.hidden_size)
+        head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+        return cls(int(config.num_hidden_layers), heads, int(config.num_key_value_heads), head_dim, hidden)
+
+
+def length_buckets(capacity: int) -> tuple[int, ...]:
+    """Powers of two from ``MIN_BUCKET`` up, the last one exactly ``capacity``."""
+    buckets: list[int] = []
+    size = MIN_BUCKET
+    while size < capacity:
+        buckets.append(size)
+        size *= 2
+    buckets.append(capacity)
+    return tuple(buckets)
+
+
+class StaticKvCache:
+    """Keys and values of shape (layers, slots, kv_heads, capacity, head_dim), on one device, one dtype."""
+
+    def __init__(self, shape: QwenShape, slots: int, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
+        if slots < 1 or capacity < 1:
+            raise ValueError(f"a KV cache needs at least one slot and one position, not {slots} x {capacity}")
+        self.shape, self.slots, self.capacity = shape, slots, capacity
+        size = (shape.layers, slots, shape.kv_heads, capacity, shape.head_dim)
+        self.keys = torch.zeros(size, dtype=dtype, device=device)
+        self.values = torch.zeros(size, dtype=dtype, device=device)
+        self.buckets = length_buckets(capacity)
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.keys.numel() * self.keys.element_size()
+
+    def bucket(self, length: int) -> int:
+        """The smallest bucket holding ``length`` positions; ``ValueError`` past the capacity."""
+        for size in self.buckets:
+            if length <= size:
+                return size
+        raise ValueError(f"{length} positions do not fit a KV cache of {self.capacity}")
+
+    def write_prefix(self, layer: int, slot: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Store a prompt's (kv_heads, length, head_dim) keys and values at positions 0..length-1 of ``slot``."""
+        length = keys.shape[-2]
+        self.keys[layer, slot, :, :length] = keys
+        self.values[layer, slot, :, :length] = values
+
+    def write_step(self, layer: int, positions: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Store one new (slots, kv_heads, 1, head_dim) key/value per slot at that slot's position (no sync)."""
+        index = positions.view(-1, 1, 1, 1).expand(-1, self.shape.kv_heads, 1, self.shape.head_dim)
+        self.keys[layer].scatter_(2, index, keys)
+        self.values[layer].scatter_(2, index, values)
+
+    def view(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every slot's first ``length`` positions of one layer (views, no copy)."""
+        return self.keys[layer, :, :, :length], self.values[layer, :, :, :length]
+
+    def prefix(self, layer: int, slot: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One slot's first ``length`` positions of one layer, shaped (1, kv_heads, length, head_dim)."""
+        return self.keys[layer, slot : slot + 1, :, :length], self.values[layer, slot : slot + 1, :, :length]
