@@ -18,10 +18,13 @@ from voicelab.history import History
 from voicelab.settings import Settings
 from voicelab.studio import GenerationService
 from voicelab.ui import handlers as actions
+from voicelab.ui.adapt import PIPER_OPTIONS, PageAdapter
 from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
 from voicelab.ui.handlers import Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
+from voicelab.ui.i18n import DETECT_LANGUAGE_JS, I18N, SET_LANGUAGE_JS, t
+from voicelab.ui.localized import UI_LANGUAGES, ui_language
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
 from voicelab.ui.serving import configure_environment
 from voicelab.ui.speak_tab import SpeakView, can_stream, speak_layout
@@ -73,23 +76,31 @@ def build_ui(
         ResourcePanel(client, telemetry),
     )
     with gr.Blocks(title="VoiceLab", analytics_enabled=False, delete_cache=(3600, 24 * 3600)) as demo:
-        gr.Markdown("# VoiceLab\nVoice cloning and instruction-controlled speech that keeps running.")
+        demo.i18n_instance = I18N  # what launch(i18n=...) and mount_gradio_app(i18n=...) set
+        with gr.Row(equal_height=True):
+            gr.Markdown(t("header"), elem_id="header")
+            page = PageView(
+                gr.Radio(list(UI_LANGUAGES), value="en", label=t("ui_language"), elem_id="ui-language", scale=0),
+                gr.Markdown(elem_id="backend-note"),
+            )
         if paths.notice:
             gr.HTML(f'<p class="vl-warning">{html.escape(paths.notice)}</p>', elem_id="storage-notice")
         with gr.Row():
             with gr.Column(scale=3), gr.Tabs():
-                with gr.Tab("Speak", id="speak"):
+                with gr.Tab(t("tab_speak"), id="speak"):
                     speak = speak_layout()
-                with gr.Tab("Clone", id="clone"):
+                with gr.Tab(t("tab_clone"), id="clone"):
                     picker = voice_picker_layout()
                     clone = clone_layout()
-                with gr.Tab("Design / Instruct", id="design"):
+                with gr.Tab(t("tab_design"), id="design"):
                     design = design_layout()
-                with gr.Tab("History", id="history") as history_tab:
+                with gr.Tab(t("tab_history"), id="history") as history_tab:
                     history_view = history_layout()
             with gr.Column(scale=2, min_width=320):
                 panel = panel_layout()
-        _wire(demo, Views(speak, clone, design, history_tab, history_view, panel), handlers, settings)
+        views = Views(speak, clone, design, history_tab, history_view, panel)
+        _wire(demo, views, handlers, settings)
+        wire_page(demo, page, views, PageAdapter(service, can_stream()))
         wire_voices(demo, picker, clone, design, library)
     return demo
 
@@ -97,7 +108,7 @@ def build_ui(
 def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings) -> None:
     """Every event of the app. Named endpoints are the app's API; timers and chained refreshes stay private."""
     _wire_generation(views, handlers, settings)
-    _wire_design_helpers(views.design)
+    _wire_style_helpers(views)
     _wire_history(demo, views, handlers)
     _wire_panel(demo, views.panel, handlers.panel)
 
@@ -127,19 +138,22 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         [design.generate.click],
         handlers.studio.design,
         inputs=design.inputs,
-        outputs=[*design.takes_audio, design.meta, design.parsed],
+        outputs=[*design.takes_audio, design.meta, design.style.parsed],
         api_name="design",
         **limit,
     ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
 
 
-def _wire_design_helpers(design: DesignView) -> None:
-    design.preset.input(
-        actions.apply_preset, inputs=design.preset, outputs=[design.instruction, design.text, *design.controls], **QUIET
-    )
-    style_changes = [design.instruction.change, *(c.change for c in design.controls)]
-    gr.on(style_changes, actions.preview_style, inputs=design.style_inputs, outputs=design.parsed, **QUIET)
+def _wire_style_helpers(views: Views) -> None:
+    """Presets and the live style preview, the same on Clone and Design; the number of Design's players."""
+    for style, text in ((views.clone.style, views.clone.text), (views.design.style, views.design.text)):
+        outputs = [style.instruction, text, *style.controls]
+        style.preset.input(actions.apply_preset, inputs=style.preset, outputs=outputs, **QUIET)
+        changes = [style.instruction.change, *(c.change for c in style.controls)]
+        gr.on(changes, actions.preview_style, inputs=style.inputs, outputs=style.parsed, **QUIET)
+    design = views.design
     design.takes.change(actions.show_takes, inputs=design.takes, outputs=list(design.takes_audio), **QUIET)
+    views.speak.examples.click(lambda sample: sample[0], inputs=views.speak.examples, outputs=views.speak.text, **QUIET)
 
 
 def _wire_history(demo: gr.Blocks, views: Views, handlers: Handlers) -> None:
@@ -170,6 +184,38 @@ def _wire_panel(demo: gr.Blocks, panel: PanelView, handler: ResourcePanel) -> No
     panel.inspect.click(
         handler.inspect_memory, outputs=[panel.segments, panel.report], api_name="inspect_memory", **control
     )
+
+
+@dataclass(frozen=True)
+class PageView:
+    language: gr.Radio  # the UI language switch ("en" / "zh")
+    backend_note: gr.Markdown
+
+
+def wire_page(demo: gr.Blocks, page: PageView, views: Views, adapter: PageAdapter) -> None:
+    """On load: the browser's (or saved) language and the backend's controls; the switch redoes both."""
+    speak, clone, design = views.speak, views.clone, views.design
+    outputs = [
+        page.language, page.backend_note, speak.noise_scale, speak.noise_w, clone.noise_scale, clone.noise_w,
+        speak.live, clone.live, speak.language, clone.language, clone.style.preset, design.style.preset,
+        clone.style.instruction, design.style.instruction, speak.examples, speak.note,
+    ]  # fmt: skip
+
+    def reshape(language: str | None) -> tuple[Any, ...]:
+        shape = adapter.shape(ui_language(language))
+        noise = [gr.update(visible=name in shape.options) for name in PIPER_OPTIONS]
+        hint = gr.update(placeholder=shape.instruction_hint)
+        return (
+            ui_language(language), shape.backend_note, *noise, *noise,
+            gr.update(visible=shape.live), gr.update(visible=shape.live),
+            gr.update(choices=shape.languages), gr.update(choices=shape.languages),
+            gr.update(choices=shape.presets), gr.update(choices=shape.presets), hint, hint,
+            gr.update(samples=shape.examples), gr.update(visible=shape.builtin_note),
+        )  # fmt: skip
+
+    quiet: dict[str, Any] = {**QUIET, "concurrency_limit": None}
+    demo.load(reshape, inputs=page.language, outputs=outputs, js=DETECT_LANGUAGE_JS, **quiet)
+    page.language.input(reshape, inputs=page.language, outputs=outputs, js=SET_LANGUAGE_JS, **quiet)
 
 
 def wire_voices(

@@ -32,10 +32,11 @@ from voicelab.errors import InvalidPromptError, StorageError, VoiceLabError
 from voicelab.history import encode_wav
 from voicelab.instruct.controls import UNSPECIFIED, controls_to_style, resolve_style
 from voicelab.instruct.parser import ParsedInstruction
-from voicelab.instruct.presets import get_preset
 from voicelab.instruct.style import Style
-from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Take
+from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Queued, Take
 from voicelab.subtitles import cues, to_srt
+from voicelab.ui.localized import find_preset
+from voicelab.ui.progress import SentenceCount, queued_line
 from voicelab.voice.prompt import PromptAudio
 from voicelab.voices import VoiceStore
 
@@ -98,11 +99,6 @@ def metadata_line(result: SynthesisResult) -> str:
     return " · ".join(p for p in parts if p)
 
 
-def progress_line(chunk: ChunkReady, seconds: float) -> str:
-    """Shown while a long text is still being made."""
-    return f"Generating… part {chunk.index + 1} ready ({seconds:.1f} s of audio so far, {chunk.elapsed_s:.1f} s)"
-
-
 @dataclass(frozen=True)
 class Shown:
     """A finished take as the UI shows it: what to play and what to say about it."""
@@ -161,13 +157,16 @@ class Studio:
     def run_streaming(self, request: GenerationRequest) -> Iterator[tuple[Any, Any, Any, str, Shown | None]]:
         """(live chunk, subtitles, saved audio, status, finished take) as the engine makes them."""
         prepared = self.service.prepare(request)
-        heard, pieces = 0.0, []
-        for event in self.service.stream(prepared):
-            if isinstance(event, ChunkReady):
+        heard, pieces, sentences = 0.0, [], SentenceCount(prepared.requests[0].text)
+        for event in self.service.follow(prepared):
+            if isinstance(event, Queued):
+                yield gr.skip(), gr.skip(), gr.skip(), queued_line(event), None
+            elif isinstance(event, ChunkReady):
                 heard += event.chunk.duration_s
                 pieces.append((event.chunk.text, event.chunk.duration_s))
+                sentences.add(event)
                 live = encode_wav(event.chunk.audio, event.chunk.sample_rate) if self.streaming else gr.skip()
-                yield live, gr.skip(), gr.skip(), progress_line(event, heard), None
+                yield live, gr.skip(), gr.skip(), sentences.line(event, heard), None
             else:
                 shown = self.show(event)
                 srt = self.subtitles(shown.take, pieces, request.sentence_silence_s)
@@ -195,6 +194,8 @@ class Studio:
         silence_s: float,
         seed: float | None,
         language: str,
+        instruction: str = "",
+        style: Style | None = None,
     ) -> GenerationRequest:
         """The Speak and Clone tabs' widgets as one request (the same controls on both tabs)."""
         return GenerationRequest(
@@ -202,6 +203,8 @@ class Studio:
             kind=kind,
             language=language or "auto",
             prompt=prompt,
+            instruction=instruction or "",
+            style=style or Style(),
             speed=float(speed or 1.0),
             seed=seed_for(seed),
             sentence_silence_s=silence_s,
@@ -237,11 +240,23 @@ class Studio:
         silence_s: float,
         seed: float | None,
         language: str = "auto",
+        instruction: str = "",
+        age: str | None = UNSPECIFIED,
+        gender: str | None = UNSPECIFIED,
+        pitch: str | None = UNSPECIFIED,
+        pitch_variation: str | None = UNSPECIFIED,
+        volume: str | None = UNSPECIFIED,
+        pace: str | None = UNSPECIFIED,
+        emotion: str | None = UNSPECIFIED,
     ) -> Iterator[tuple[Any, Any, Any, str, Any]]:
-        """The Clone tab's button: the prompt's sentence comes at once, before anything is queued."""
+        """The Clone tab's button: clone the prompt and, in the same request, apply the style controls.
+
+        The prompt's sentence comes at once, before anything is queued. ``pace`` is the Speed dropdown.
+        """
         if not prompt_path:
             raise InvalidPromptError("Please upload or record a voice prompt first.")
-        controls = (speed, noise_scale, noise_w, silence_s, seed, language)
+        style = controls_to_style(age, gender, pitch, pitch_variation, volume, pace, emotion)
+        controls = (speed, noise_scale, noise_w, silence_s, seed, language, instruction, style)
         request = self.spoken_request("clone", text, PromptClip(prompt_path, transcript or ""), *controls)
         for live, srt, saved, status, shown in self.run_streaming(request):
             if shown is None:
@@ -358,5 +373,5 @@ def apply_preset(name: str | None) -> tuple[Any, ...]:
     """Picking a preset fills the instruction and sample text and resets the dropdowns."""
     if not name:
         return (gr.skip(), gr.skip(), *[gr.skip()] * len(CONTROL_NAMES))
-    preset = get_preset(name)
+    preset = find_preset(name)
     return (preset.instruction, preset.sample_text, *[UNSPECIFIED] * len(CONTROL_NAMES))

@@ -20,6 +20,7 @@ from typing import Any
 
 from voicelab.errors import InvalidSettingError
 from voicelab.settings import Settings
+from voicelab.ui.i18n import I18N
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ def launch_options(settings: Settings) -> dict[str, Any]:
         "footer_links": ["api"],
         "show_error": True,
         "css": CSS,
+        "i18n": I18N,  # English and Chinese (voicelab.ui.i18n)
     }
 
 
