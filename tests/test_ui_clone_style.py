@@ -75,7 +75,7 @@ def cosyvoice(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Studio
 
 def test_cosyvoice_gets_instruction_and_dropdowns_natively_with_the_prompt(cosyvoice: tuple[Studio, Any]) -> None:
     studio, model = cosyvoice
-    audio, status, figures = clone(
+    audio, _status, figures = clone(
         studio, str(PROMPT), "", "你好。", *CONTROLS, "用四川话说", *dropdowns(pace="fast", emotion="happy")
     )
     assert sf.info(audio).duration > 0 and "Similarity to the prompt" in figures
