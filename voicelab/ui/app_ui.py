@@ -8,7 +8,7 @@ model. Launch it with ``voicelab.ui.serving.launch_options(settings)`` so only t
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gradio as gr
@@ -23,7 +23,7 @@ from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
 from voicelab.ui.handlers import Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
-from voicelab.ui.i18n import DETECT_LANGUAGE_JS, I18N, SET_LANGUAGE_JS, t
+from voicelab.ui.i18n import DETECT_LANGUAGE_JS, I18N, SET_LANGUAGE_JS, t, text_in
 from voicelab.ui.localized import UI_LANGUAGES, ui_language
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
 from voicelab.ui.serving import configure_environment
@@ -32,6 +32,7 @@ from voicelab.ui.voices_tab import VoiceLibrary, VoicePickerView, voice_picker_l
 from voicelab.voices import VOICES_DIRNAME, VoiceStore
 
 GENERATE_CONCURRENCY_HEADROOM = 1  # one more than the engine queue, so the engine (not Gradio) says "busy"
+TAB_KEYS = ("tab_speak", "tab_clone", "tab_design", "tab_history")
 QUIET: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private"}
 
 
@@ -87,12 +88,12 @@ def build_ui(
             gr.HTML(f'<p class="vl-warning">{html.escape(paths.notice)}</p>', elem_id="storage-notice")
         with gr.Row():
             with gr.Column(scale=3), gr.Tabs():
-                with gr.Tab(t("tab_speak"), id="speak"):
+                with gr.Tab(t("tab_speak"), id="speak") as speak_tab:
                     speak = speak_layout()
-                with gr.Tab(t("tab_clone"), id="clone"):
+                with gr.Tab(t("tab_clone"), id="clone") as clone_tab:
                     picker = voice_picker_layout()
                     clone = clone_layout()
-                with gr.Tab(t("tab_design"), id="design"):
+                with gr.Tab(t("tab_design"), id="design") as design_tab:
                     design = design_layout()
                 with gr.Tab(t("tab_history"), id="history") as history_tab:
                     history_view = history_layout()
@@ -100,7 +101,8 @@ def build_ui(
                 panel = panel_layout()
         views = Views(speak, clone, design, history_tab, history_view, panel)
         _wire(demo, views, handlers, settings)
-        wire_page(demo, page, views, PageAdapter(service, can_stream()))
+        tabs = (speak_tab, clone_tab, design_tab, history_tab)
+        wire_page(demo, replace(page, tabs=tabs), views, PageAdapter(service, can_stream()))
         wire_voices(demo, picker, clone, design, library)
     return demo
 
@@ -190,6 +192,7 @@ def _wire_panel(demo: gr.Blocks, panel: PanelView, handler: ResourcePanel) -> No
 class PageView:
     language: gr.Radio  # the UI language switch ("en" / "zh")
     backend_note: gr.Markdown
+    tabs: tuple[gr.Tab, ...] = ()  # Speak, Clone, Design, History: Gradio translates a tab's label only when shown
 
 
 def wire_page(demo: gr.Blocks, page: PageView, views: Views, adapter: PageAdapter) -> None:
@@ -198,7 +201,7 @@ def wire_page(demo: gr.Blocks, page: PageView, views: Views, adapter: PageAdapte
     outputs = [
         page.language, page.backend_note, speak.noise_scale, speak.noise_w, clone.noise_scale, clone.noise_w,
         speak.live, clone.live, speak.language, clone.language, clone.style.preset, design.style.preset,
-        clone.style.instruction, design.style.instruction, speak.examples, speak.note,
+        clone.style.instruction, design.style.instruction, speak.examples, speak.note, *page.tabs,
     ]  # fmt: skip
 
     def reshape(language: str | None) -> tuple[Any, ...]:
@@ -211,6 +214,7 @@ def wire_page(demo: gr.Blocks, page: PageView, views: Views, adapter: PageAdapte
             gr.update(choices=shape.languages), gr.update(choices=shape.languages),
             gr.update(choices=shape.presets), gr.update(choices=shape.presets), hint, hint,
             gr.update(samples=shape.examples), gr.update(visible=shape.builtin_note),
+            *(gr.update(label=text_in(key, language or "en")) for key in TAB_KEYS[: len(page.tabs)]),
         )  # fmt: skip
 
     quiet: dict[str, Any] = {**QUIET, "concurrency_limit": None}

@@ -110,21 +110,29 @@ def text_in(key: str, language: str) -> str:
 
 
 # The switch: read the saved choice (else the browser's language), and make Gradio's own locale follow it.
-DETECT_LANGUAGE_JS = """
-() => {
-  const saved = window.localStorage.getItem("voicelab-language");
-  const lang = saved || (navigator.language || "en");
-  return lang.toLowerCase().startsWith("zh") ? "zh" : "en";
-}
-"""
-SET_LANGUAGE_JS = """
-async (lang) => {
-  window.localStorage.setItem("voicelab-language", lang);
+# Gradio keeps its locale in its core module's store; ``changeLocale`` is that module's export for it.
+_CHANGE_LOCALE = """
   const core = performance.getEntriesByType("resource").map((e) => e.name)
     .find((n) => /\\/assets\\/core-[^/]*\\.js$/.test(n));
   if (core) {
     try { (await import(core)).changeLocale(lang); } catch (err) { console.warn("VoiceLab: locale", err); }
   }
   return lang;
-}
 """
+DETECT_LANGUAGE_JS = (
+    """
+async () => {
+  const saved = window.localStorage.getItem("voicelab-language");
+  const lang = (saved || navigator.language || "en").toLowerCase().startsWith("zh") ? "zh" : "en";
+"""
+    + _CHANGE_LOCALE
+    + "}"
+)
+SET_LANGUAGE_JS = (
+    """
+async (lang) => {
+  window.localStorage.setItem("voicelab-language", lang);
+"""
+    + _CHANGE_LOCALE
+    + "}"
+)
