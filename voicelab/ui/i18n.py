@@ -83,6 +83,7 @@ _EN_ZH: dict[str, tuple[str, str]] = {
     "restart": ("Soft restart", "软重启"),
     "inspect": ("Inspect memory", "查看内存"),
     "segments": ("Allocator segments", "分配器内存段"),
+    "my_voices": ("My voices", "我的声音"),
     "saved_voice": ("Saved voice", "已保存的声音"),
     "save_as": ("Save the prompt below as", "把下面的样本保存为"),
     "save_as_placeholder": ("a name", "名称"),
