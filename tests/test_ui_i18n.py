@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from voicelab.instruct.presets import PRESETS
 from voicelab.ui.i18n import TRANSLATIONS, text_in
-from voicelab.ui.localized import examples_for, preset_choices, ui_language
+from voicelab.ui.localized import choice_labels, examples_for, preset_choices, ui_language
 
 
 def test_every_label_exists_in_english_and_chinese() -> None:
@@ -26,3 +26,14 @@ def test_presets_and_examples_put_the_chosen_language_first() -> None:
     assert examples_for("zh")[0] == ["今天天气很好，我们去公园散步吧。"]
     assert examples_for("en")[0] == ["The quick brown fox jumps over the lazy dog."]
     assert all(not any("\u4e00" <= c <= "\u9fff" for c in e[0]) for e in examples_for("zh", speaks=("en",)))
+
+
+def test_dropdown_choices_read_chinese_but_send_the_same_values() -> None:
+    from voicelab.ui.speak_tab import language_choices
+
+    assert choice_labels(("unspecified", "very high"), "zh") == [
+        ("未指定 (unspecified)", "unspecified"),
+        ("很高 (very high)", "very high"),
+    ]
+    assert choice_labels(("fast",), "en") == [("fast", "fast")]
+    assert language_choices(("en", "zh"), "zh")[0] == ("自动（按文字判断）", "auto")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from voicelab.backends.base import Capabilities
 from voicelab.errors import VoiceLabError
 from voicelab.studio import GenerationService
-from voicelab.ui.localized import examples_for, instruction_hint, preset_choices
+from voicelab.ui.localized import examples_for, instruction_hint, preset_choices, ui_language
 from voicelab.ui.speak_tab import language_choices
 
 log = logging.getLogger(__name__)
@@ -37,26 +37,29 @@ class PageShape:
     instruction_hint: str
     builtin_note: bool  # the built-in voices' licence note
     backend_note: str  # one line on what this backend does natively ("" for the built-in voices)
+    language: str = "en"  # the UI language this shape is for
 
 
 def page_shape(caps: Capabilities | None, backend: str, language: str, can_stream: bool) -> PageShape:
     """``caps`` is ``None`` while the worker is not ready: every control stays as laid out."""
     if caps is None:
         return PageShape(
-            frozenset(PIPER_OPTIONS), can_stream, language_choices(("en", "zh")), preset_choices(language, False),
-            examples_for(language), instruction_hint(language, False), True, "",
+            frozenset(PIPER_OPTIONS), can_stream, language_choices(("en", "zh"), language),
+            preset_choices(language, False),
+            examples_for(language), instruction_hint(language, False), True, "", ui_language(language),
         )  # fmt: skip
     native = caps.native_instructions
     names = {spec.name for spec in caps.options}
     return PageShape(
         options=frozenset(n for n in PIPER_OPTIONS if n in names),
         live=can_stream and caps.streaming,
-        languages=language_choices(caps.languages),
+        languages=language_choices(caps.languages, language),
         presets=preset_choices(language, native, caps.languages),
         examples=examples_for(language, caps.languages),
         instruction_hint=instruction_hint(language, native),
         builtin_note=backend in BUILTIN_BACKENDS,
         backend_note=backend_note(caps, backend),
+        language=ui_language(language),
     )
 
 

@@ -21,13 +21,14 @@ from voicelab.ui import handlers as actions
 from voicelab.ui.adapt import PIPER_OPTIONS, PageAdapter
 from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
-from voicelab.ui.handlers import Studio
+from voicelab.ui.handlers import CONTROL_NAMES, Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
 from voicelab.ui.i18n import DETECT_LANGUAGE_JS, I18N, SET_LANGUAGE_JS, t, text_in
-from voicelab.ui.localized import UI_LANGUAGES, ui_language
+from voicelab.ui.localized import UI_LANGUAGES, choice_labels, ui_language
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
 from voicelab.ui.serving import configure_environment
 from voicelab.ui.speak_tab import SpeakView, can_stream, speak_layout
+from voicelab.ui.style_controls import CONTROL_CHOICES
 from voicelab.ui.voices_tab import VoiceLibrary, VoicePickerView, voice_picker_layout
 from voicelab.voices import VOICES_DIRNAME, VoiceStore
 
@@ -202,12 +203,14 @@ def wire_page(demo: gr.Blocks, page: PageView, views: Views, adapter: PageAdapte
         page.language, page.backend_note, speak.noise_scale, speak.noise_w, clone.noise_scale, clone.noise_w,
         speak.live, clone.live, speak.language, clone.language, clone.style.preset, design.style.preset,
         clone.style.instruction, design.style.instruction, speak.examples, speak.note, *page.tabs,
+        *clone.style.controls, *design.style.controls,
     ]  # fmt: skip
 
     def reshape(language: str | None) -> tuple[Any, ...]:
         shape = adapter.shape(ui_language(language))
         noise = [gr.update(visible=name in shape.options) for name in PIPER_OPTIONS]
         hint = gr.update(placeholder=shape.instruction_hint)
+        dropdowns = [gr.update(choices=choice_labels(CONTROL_CHOICES[n], shape.language)) for n in CONTROL_NAMES]
         return (
             ui_language(language), shape.backend_note, *noise, *noise,
             gr.update(visible=shape.live), gr.update(visible=shape.live),
@@ -215,6 +218,7 @@ def wire_page(demo: gr.Blocks, page: PageView, views: Views, adapter: PageAdapte
             gr.update(choices=shape.presets), gr.update(choices=shape.presets), hint, hint,
             gr.update(samples=shape.examples), gr.update(visible=shape.builtin_note),
             *(gr.update(label=text_in(key, language or "en")) for key in TAB_KEYS[: len(page.tabs)]),
+            *dropdowns, *dropdowns,
         )  # fmt: skip
 
     quiet: dict[str, Any] = {**QUIET, "concurrency_limit": None}

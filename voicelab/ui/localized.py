@@ -56,6 +56,25 @@ INSTRUCTION_HINTS = {
 }
 
 
+CHOICES_ZH = {
+    "unspecified": "未指定", "child": "儿童", "young adult": "青年", "middle-aged": "中年", "elderly": "老年",
+    "male": "男", "female": "女", "very high": "很高", "high": "高", "medium-high": "偏高", "medium": "适中",
+    "medium-low": "偏低", "low": "低", "very low": "很低", "very strong": "很强", "strong": "强", "moderate": "适中",
+    "weak": "弱", "very weak": "很弱", "very loud": "很大声", "loud": "大声", "slightly loud": "稍大声",
+    "slightly soft": "稍小声", "soft": "小声", "very soft": "很小声", "very fast": "很快", "fast": "快",
+    "slightly fast": "稍快", "slightly slow": "稍慢", "slow": "慢", "very slow": "很慢", "happy": "开心",
+    "angry": "生气", "sad": "伤心", "surprised": "惊讶", "disgusted": "厌恶", "fearful": "害怕", "calm": "平静",
+    "whisper": "耳语", "neutral": "中性", "Auto (by script)": "自动（按文字判断）",
+}  # fmt: skip
+
+
+def choice_labels(values: tuple[str, ...] | list[str], language: str) -> list[tuple[str, str]]:
+    """(label, value) pairs for a dropdown: the values stay English (what handlers and the API read)."""
+    if ui_language(language) == "en":
+        return [(value, value) for value in values]
+    return [(f"{CHOICES_ZH.get(value, value)} ({value})", value) for value in values]
+
+
 def ui_language(value: str | None) -> str:
     """ "zh" for any Chinese locale ("zh-CN", "zh-TW"), else "en"."""
     return "zh" if (value or "").lower().startswith("zh") else "en"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from voicelab.ui.i18n import t
-from voicelab.ui.localized import examples_for
+from voicelab.ui.localized import CHOICES_ZH, examples_for, ui_language
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,10 @@ LANGUAGE_NAMES = {"en": "English", "zh": "中文 Chinese", "ja": "日本語 Japa
 LANGUAGES = [("Auto (by script)", "auto"), ("English", "en"), ("中文 Chinese", "zh")]
 
 
-def language_choices(languages: tuple[str, ...]) -> list[tuple[str, str]]:
-    """Auto plus the languages the loaded backend speaks."""
-    return [LANGUAGES[0], *((LANGUAGE_NAMES.get(code, code), code) for code in languages)]
+def language_choices(languages: tuple[str, ...], ui: str = "en") -> list[tuple[str, str]]:
+    """Auto plus the languages the loaded backend speaks (``ui``: the page's language, for Auto's label)."""
+    auto = CHOICES_ZH["Auto (by script)"] if ui_language(ui) == "zh" else "Auto (by script)"
+    return [(auto, "auto"), *((LANGUAGE_NAMES.get(code, code), code) for code in languages)]
 
 
 def subtitles_file(prefix: str) -> gr.File:
