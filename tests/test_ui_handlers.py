@@ -150,7 +150,7 @@ def test_panel_shows_engine_figures_and_before_after(client: EngineClient) -> No
     assert "engine ready" in gauges and f"worker pid {client.status().worker_pid}" in gauges
     assert 'data-gauge="fragmentation"' not in gauges and "The worker runs on the CPU" in gauges  # a CPU worker
     clean = panel.clean_cache(True)
-    assert clean.startswith("**Clean cache** in") and "reserved: 0 B → 0 B" in clean
+    assert clean.startswith("**Clean cache** in") and "reserved:" not in clean  # no CUDA rows on a CPU worker
     assert "worker RSS:" in clean and " → " in clean
     old_pid = client.status().worker_pid
     *_, restart = panel.soft_restart(False)

@@ -103,3 +103,11 @@ def test_first_words_name_a_job_as_a_user_typed_it() -> None:
     assert first_words("The quick brown fox jumps over the lazy dog.") == "“The quick brown fox jumps over…”"
     assert first_words("今天天气很好，我们去公园散步吧。") == "“今天天气很好，我们去公园…”"
     assert first_words("  Hi  ") == "“Hi”"
+
+
+def test_a_forced_restart_names_the_requeued_job_by_its_first_words(client: EngineClient) -> None:
+    job = running(client, "sleep 3 and then some more words here")
+    *_, report = ResourcePanel(client, telemetry=None).soft_restart(True)
+    assert "- “sleep 3 and then some more…” was requeued and will run on the new worker" in report, report
+    assert job.job_id not in report and "reserved:" not in report  # no hash, no CUDA rows on a CPU worker
+    assert job.result(30).duration_s > 0  # it ran again on the new worker

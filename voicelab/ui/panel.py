@@ -207,7 +207,7 @@ class ResourcePanel:
     @shows_errors
     def soft_restart(self, force: bool) -> Iterator[str]:
         """Says what it waits for (the job in flight, by its first words) and for how long, then the report."""
-        started = time.monotonic()
+        started, running = time.monotonic(), self.engine.queue_view().in_flight_text
         with ThreadPoolExecutor(1, thread_name_prefix="voicelab-restart") as pool:
             future = pool.submit(self.engine.soft_restart, force=bool(force))
             while True:
@@ -216,7 +216,7 @@ class ResourcePanel:
                     break
                 except FutureTimeout:
                     yield restart_waiting_line(self.engine.queue_view(), bool(force), time.monotonic() - started)
-        yield restart_report_text(report)
+        yield restart_report_text(report, running)
 
     @shows_errors
     def inspect_memory(self) -> tuple[dict[str, Any], str]:
@@ -242,14 +242,15 @@ def restart_waiting_line(view: QueueView, force: bool, waited_s: float) -> str:
     return f"**Soft restart**: starting a new worker… {waited_s:.0f} s so far."
 
 
-def restart_report_text(report: RestartReport) -> str:
+def restart_report_text(report: RestartReport, requeued_text: str = "") -> str:
     lines = [
         f"**Soft restart** ({'forced' if report.forced else 'after the job in flight'}): "
         f"worker {report.old_pid or '—'} → {report.new_pid}, ready in {report.time_to_ready_s:.1f} s",
         *_compare(report.before, report.after),
     ]
     if report.requeued_job:
-        lines.append(f"- job {report.requeued_job} was requeued and will run on the new worker")
+        job = first_words(requeued_text) if requeued_text else f"job {report.requeued_job}"
+        lines.append(f"- {job} was requeued and will run on the new worker")
     return "\n".join(lines)
 
 
@@ -280,7 +281,10 @@ def _summary_from(stats: AllocatorStats | None) -> dict[str, str]:
 
 
 def _compare(before: AllocatorStats | None, after: AllocatorStats | None) -> list[str]:
-    """Before → after lines of the figures a clean or restart changes ("—" where a side is unknown)."""
+    """Before → after lines of the figures a clean or restart changes ("—" where a side is unknown).
+
+    A CPU worker has no CUDA allocator: only its host figure is shown.
+    """
     figures = [
         ("reserved", lambda s: format_bytes(s.reserved)),
         ("allocated", lambda s: format_bytes(s.allocated)),
@@ -288,6 +292,8 @@ def _compare(before: AllocatorStats | None, after: AllocatorStats | None) -> lis
         ("fragmentation", lambda s: format_percent(s.fragmentation, 1)),
         ("worker RSS", lambda s: format_bytes(s.worker_rss)),
     ]
+    if any(s is not None and s.device.startswith("cpu") for s in (before, after)):
+        figures = [f for f in figures if f[0] not in CUDA_ROWS]
     return [
         f"- {name}: {'—' if before is None else show(before)} → {'—' if after is None else show(after)}"
         for name, show in figures
