@@ -85,7 +85,7 @@ def test_the_speak_button_plays_each_chunk_as_it_arrives(service: GenerationServ
     updates = list(studio.speak(TEXT, 1.0, 0.667, 0.8, 0.1, 7))
     live = [u[0] for u in updates if isinstance(u[0], bytes)]
     assert len(live) == 3 and all(chunk.startswith(b"RIFF") for chunk in live)
-    assert all(u[3].startswith(f"Generating… part {i + 1} ready") for i, u in enumerate(updates[:3]))
+    assert all(u[3].startswith(f"Generating… sentence {i + 1} of 3 ready") for i, u in enumerate(updates[:3]))
     _, srt, saved, status = updates[-1]
     assert isinstance(saved, str) and saved.endswith(".wav") and "first audio" in status
     cues = Path(srt).read_text(encoding="utf-8").strip().split("\n\n")  # one cue per sentence, timed by its chunk

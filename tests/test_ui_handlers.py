@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import time
@@ -149,17 +148,16 @@ def test_panel_shows_engine_figures_and_before_after(client: EngineClient) -> No
     panel = ResourcePanel(client, telemetry=None)
     gauges = panel.gauges()
     assert "engine ready" in gauges and f"worker pid {client.status().worker_pid}" in gauges
-    assert "fragmentation" in gauges
+    assert 'data-gauge="fragmentation"' not in gauges and "The worker runs on the CPU" in gauges  # a CPU worker
     clean = panel.clean_cache(True)
-    assert clean.startswith("**Clean cache** in") and "reserved: 0 B → 0 B" in clean
+    assert clean.startswith("**Clean cache** in") and "reserved:" not in clean  # no CUDA rows on a CPU worker
     assert "worker RSS:" in clean and " → " in clean
     old_pid = client.status().worker_pid
-    restart = panel.soft_restart(False)
+    *_, restart = panel.soft_restart(False)
     new_pid = client.status().worker_pid
     assert new_pid != old_pid and f"worker {old_pid} → {new_pid}, ready in" in restart
     picture, text = panel.inspect_memory()
-    assert picture["visible"] and picture["value"].size[0] > 100
-    assert re.match(r"\*\*\d+ segments\*\* on (cpu|cuda)", text), text
+    assert not picture["visible"] and text.startswith("**No device allocator on CPU.**")
 
 
 def test_controls_map_to_request_fields(studio: Studio) -> None:

@@ -19,7 +19,7 @@ from typing import Protocol
 from voicelab.backends.base import Capabilities
 from voicelab.engine.api import Engine
 from voicelab.engine.jobs import Job
-from voicelab.engine.messages import ChunkReady, SynthesisRequest, SynthesisResult, new_job_id
+from voicelab.engine.messages import ChunkReady, SynthesisRequest, SynthesisResult, WorkerReady, new_job_id
 from voicelab.engine.validation import validate_request
 from voicelab.errors import InvalidPromptError, InvalidSettingError, JobTimeoutError, StorageError
 from voicelab.history import History, HistoryEntry
@@ -27,6 +27,7 @@ from voicelab.instruct.controls import resolve_style
 from voicelab.instruct.parser import ParsedInstruction
 from voicelab.instruct.style import Style
 from voicelab.settings import Settings
+from voicelab.style_words import with_style_words
 from voicelab.voice.intake import load_prompt
 from voicelab.voice.prompt import PromptAudio
 
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 MAX_TAKES = 4
 MAX_WAIT_S = 86400.0  # a timeout past what the platform's clock can hold would raise, not wait
+QUEUE_POLL_S = 0.1  # how often a queued job's place in line is looked at
 
 
 class JobTimeline(Protocol):
@@ -74,6 +76,18 @@ class GenerationRequest:
     sentence_silence_s: float = 0.2
     options: Mapping[str, float] = field(default_factory=dict)
     owner: str = ""
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A streamed job still waiting: ``ahead`` jobs run before it (the one in flight included).
+
+    no_worker: it waits for a worker that is still loading (or restarting), not for other jobs.
+    """
+
+    ahead: int
+    waited_s: float
+    no_worker: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,7 +132,7 @@ class GenerationService:
         self.history = history
         self.settings = settings
         self.timeline = timeline
-        self._capabilities: Capabilities | None = None
+        self._ready: WorkerReady | None = None
 
     @property
     def wait_s(self) -> float:
@@ -126,13 +140,14 @@ class GenerationService:
         return min(self.settings.job_timeout_s * (self.settings.queue_size + 1) + 30.0, MAX_WAIT_S)
 
     def capabilities(self) -> Capabilities:
-        """The loaded backend's capabilities, waiting for the first worker to be ready (raises its load error).
+        """The loaded backend's capabilities, waiting for the first worker to be ready (raises its load error)."""
+        return self.backend().capabilities
 
-        Kept once known: a restarted worker loads the same backend.
-        """
-        if self._capabilities is None:
-            self._capabilities = self.engine.wait_ready(self.wait_s).capabilities
-        return self._capabilities
+    def backend(self) -> WorkerReady:
+        """The first worker's READY (backend name, device, capabilities); kept: a restart loads the same backend."""
+        if self._ready is None:
+            self._ready = self.engine.wait_ready(self.wait_s)
+        return self._ready
 
     def prepare(self, request: GenerationRequest) -> PreparedGeneration:
         """Validate everything once, before anything is queued; raises the user's sentence."""
@@ -140,6 +155,9 @@ class GenerationService:
             raise InvalidSettingError(f"Takes must be between 1 and {MAX_TAKES}.")
         prompt = self._prompt(request.prompt)
         parsed = resolve_style(request.instruction, request.style)
+        instruction = request.instruction
+        if self.capabilities().native_instructions:  # the dropdowns reach the model as words it reads
+            instruction = with_style_words(request.instruction, request.style, request.text)
         base = SynthesisRequest(
             text=request.text,
             language=request.language,
@@ -147,7 +165,7 @@ class GenerationService:
             seed=request.seed,
             prompt=prompt,
             style=parsed.style,
-            instruction=request.instruction,
+            instruction=instruction,
             sentence_silence_s=request.sentence_silence_s,
             options=dict(request.options),
         )
@@ -169,6 +187,26 @@ class GenerationService:
         job = self.engine.submit(prepared.requests[0])
         yield from job.chunks(timeout=self.wait_s)
         yield self._finish(job, prepared)
+
+    def follow(self, prepared: PreparedGeneration) -> Iterator[Queued | ChunkReady | Take]:
+        """As ``stream``, after the job's place in line each time it changes while it waits (for the UI)."""
+        job = self.engine.submit(prepared.requests[0])
+        yield from self._waiting(job)
+        yield from job.chunks(timeout=self.wait_s)
+        yield self._finish(job, prepared)
+
+    def _waiting(self, job: Job) -> Iterator[Queued]:
+        submitted, last = time.monotonic(), (-1, -1)
+        while not job.running() and not job.done():
+            view = self.engine.queue_view()
+            ahead = view.ahead_of(job.job_id)
+            if ahead is None:
+                return
+            waited = time.monotonic() - submitted
+            if (ahead, int(waited)) != last and (ahead or view.waiting_for_worker or waited >= 1.0):
+                last = (ahead, int(waited))
+                yield Queued(ahead, waited, view.waiting_for_worker)
+            time.sleep(QUEUE_POLL_S)
 
     def _prompt(self, prompt: PromptClip | PromptAudio | None) -> PromptAudio | None:
         if prompt is None or isinstance(prompt, PromptAudio):

@@ -108,7 +108,7 @@ def apps(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     builtin = "test_piper_browser.py" in files  # the default built-in voices: English (Piper) and Mandarin
     piper = RunningApp(tmp_path_factory.mktemp("builtin-outputs"), "builtin") if builtin else None
     native = None
-    if "test_streaming_browser.py" in files:
+    if files & {"test_streaming_browser.py", "test_language_browser.py"}:
         options = f"chunk_delay_s={NATIVE_CHUNK_DELAY_S}"
         native = RunningApp(tmp_path_factory.mktemp("native-outputs"), NATIVE_BACKEND, options)
     yield Apps(tone, piper, native)

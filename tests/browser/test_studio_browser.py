@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import RunningApp
+from tests.browser.conftest import RunningApp, save_screenshot
 from tests.fixture_backends import SECONDS_PER_CHAR
 
 pytestmark = pytest.mark.browser
@@ -95,17 +95,26 @@ def test_clean_cache_shows_before_and_after(page: Any, tone_app: RunningApp) -> 
     page.click("#panel-clean")
     wait_for_text(page, "#panel-report", "Clean cache")
     text = page.inner_text("#panel-report")
-    assert re.search(r"reserved: [\d.]+ [KMG]?i?B → [\d.]+ [KMG]?i?B", text), text
+    on_cpu = page.query_selector("#panel-cpu-note") is not None
+    assert on_cpu != bool(re.search(r"reserved: [\d.]+ [KMG]?i?B → [\d.]+ [KMG]?i?B", text)), text
     assert re.search(r"worker RSS: [\d.]+ [KMG]iB → [\d.]+ [KMG]iB", text), text
     page.click("#panel-inspect")
-    page.wait_for_selector("#panel-segments img", state="visible")
-    wait_for_text(page, "#panel-report", "segments on")
+    if page.query_selector("#panel-cpu-note"):  # a CPU worker: no device allocator, and the panel says so once
+        wait_for_text(page, "#panel-report", "No device allocator on CPU.")
+        assert not page.is_visible("#panel-segments img") and "0 segments" not in page.inner_text("#panel-report")
+        assert 'data-gauge="fragmentation"' not in page.inner_html("#panel-gauges")
+        assert page.inner_text("#panel-gauges").count("The worker runs on the CPU") == 1
+    else:
+        page.wait_for_selector("#panel-segments img", state="visible")
+        wait_for_text(page, "#panel-report", "segments on")
 
 
 def test_soft_restart_shows_before_and_after_and_generation_continues(page: Any, tone_app: RunningApp) -> None:
     open_studio(page, tone_app)
     page.click("#panel-restart")
     wait_for_text(page, "#panel-report", "Soft restart", timeout=120000)
+    assert "no worker yet" not in page.inner_text("#panel-gauges")
+    wait_for_text(page, "#panel-report", ", ready in ", timeout=120000)
     text = page.inner_text("#panel-report")
     match = re.search(r"worker (\d+) → (\d+), ready in [\d.]+ s", text)
     assert match and match.group(1) != match.group(2), text
@@ -153,3 +162,36 @@ def test_preset_fills_the_instruction_and_takes_play_side_by_side(page: Any, ton
     assert urls[0] != urls[1]
     assert all(page.evaluate(AUDIO_DURATION_JS, url) > 1.0 for url in urls)
     assert page.inner_text("#design-meta").count("take ") == 2
+
+
+def test_a_queued_job_shows_its_place_in_line_and_the_panel_names_the_running_one(
+    browser: Any, tone_app: RunningApp
+) -> None:
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    first, second = context.new_page(), context.new_page()
+    try:
+        for page in (first, second):
+            open_studio(page, tone_app)
+        first.fill("#speak-text textarea", "sleep 4")
+        first.click("#speak-generate")
+        wait_for_text(first, "#panel-engine-line", "running “sleep 4”", timeout=10000)
+        second.fill("#speak-text textarea", "Second in line, please.")
+        second.click("#speak-generate")
+        wait_for_text(second, "#speak-meta", "Queued: 1 job ahead of you", timeout=5000)
+        assert "processing" not in second.inner_text("body").lower()
+        assert "no worker yet" not in second.inner_text("#panel-gauges")
+        assert "running “sleep 4”" in second.inner_text("#panel-engine-line")
+        save_screenshot(second, "queued-place-in-line.png", full_page=False)
+        second.wait_for_selector("#speak-audio a.download-link[href]", timeout=30000)
+        assert "latency" in second.inner_text("#speak-meta")
+    finally:
+        context.close()
+
+
+def test_the_tone_backend_shows_only_its_own_option(page: Any, tone_app: RunningApp) -> None:
+    open_studio(page, tone_app)
+    wait_for_text(page, "#backend-note", "tone")
+    page.get_by_text("Advanced").first.click()
+    page.wait_for_selector("#speak-noise-scale", state="visible")
+    assert not page.is_visible("#speak-noise-w")  # the tone backend has no noise_w option
+    assert not page.is_visible("#speak-live")  # nor streaming

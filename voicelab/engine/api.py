@@ -7,7 +7,7 @@ from typing import Protocol
 
 from voicelab.engine.jobs import Job
 from voicelab.engine.messages import AllocatorStats, CleanReport, SegmentSnapshot, SynthesisRequest, WorkerReady
-from voicelab.engine.status import EngineStatus, RestartReport
+from voicelab.engine.status import EngineStatus, QueueView, RestartReport
 from voicelab.settings import Settings
 
 
@@ -25,6 +25,10 @@ class Engine(Protocol):
     def memory_snapshot(self) -> SegmentSnapshot: ...
 
     def status(self) -> EngineStatus: ...
+
+    def queue_view(self) -> QueueView:
+        """Read-only: the job in flight (its text) and the queued job ids, for progress lines."""
+        ...
 
     def wait_ready(self, timeout: float = ...) -> WorkerReady: ...
 

@@ -33,7 +33,7 @@ from voicelab.engine.messages import (
     WorkerReady,
 )
 from voicelab.engine.proc import WorkerHandle, spawn_worker
-from voicelab.engine.status import EngineStatus, JobCounters, RestartReport, WorkerFigures
+from voicelab.engine.status import EngineStatus, JobCounters, QueueView, RestartReport, WorkerFigures
 from voicelab.engine.supervisor import POLL_S, STARTUP_TIMEOUT_S, WorkerSupervisor
 from voicelab.errors import (
     BackendLoadError,
@@ -150,6 +150,10 @@ class EngineClient:
                 model_loaded=figures.model_loaded,
                 worker_uptime_s=self._worker.uptime_s(),
             )
+
+    def queue_view(self) -> QueueView:  # read-only, for progress lines (see Engine.queue_view)
+        with self._lock:
+            return QueueView.of(self._in_flight, self._in_flight_since, self._jobs, self._worker.ready is None)
 
     def add_stats_listener(self, listener: Callable[[AllocatorStats], None]) -> None:
         """Called from the supervisor thread with every allocator sample (heartbeats and job ends)."""

@@ -28,7 +28,7 @@ from voicelab.engine.messages import (
     SynthesisResult,
     WorkerReady,
 )
-from voicelab.engine.status import EngineStatus, JobCounters, RestartReport
+from voicelab.engine.status import EngineStatus, JobCounters, QueueView, RestartReport
 from voicelab.errors import EngineStoppedError
 from voicelab.settings import Settings
 
@@ -46,7 +46,9 @@ class InprocClient:
         self._queue: queue.Queue[_Work | None] = queue.Queue()
         self._lock = threading.Lock()
         self._waiting = 0
+        self._queued: list[str] = []  # job ids waiting, next first (for queue_view)
         self._in_flight: str | None = None
+        self._in_flight_text, self._in_flight_since = "", 0.0
         self._counters = JobCounters()
         self._restarts = 0
         self._started = time.monotonic()
@@ -62,6 +64,7 @@ class InprocClient:
             if self._waiting >= self.settings.queue_size:
                 raise busy_error(self._waiting)
             self._waiting += 1
+            self._queued.append(job.job_id)
         self._queue.put((job, None, None))
         return job
 
@@ -103,6 +106,12 @@ class InprocClient:
                 model_loaded=self.core.loaded,
                 worker_uptime_s=time.monotonic() - self._started,
             )
+
+    def queue_view(self) -> QueueView:
+        with self._lock:
+            running = self._in_flight is not None
+            since = time.monotonic() - self._in_flight_since if running else 0.0
+            return QueueView(self._in_flight_text if running else "", since, tuple(self._queued))
 
     def add_stats_listener(self, listener: Callable[[AllocatorStats], None]) -> None:
         """Accepted for API parity; figures are read on demand in-process."""
@@ -148,7 +157,9 @@ class InprocClient:
     def _run(self, job: Job) -> None:
         with self._lock:
             self._waiting -= 1
+            self._queued.remove(job.job_id)
             self._in_flight = job.job_id
+            self._in_flight_text, self._in_flight_since = job.request.text, time.monotonic()
         if not job.set_running_or_notify_cancel():
             return
         index = 0

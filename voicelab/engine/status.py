@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from voicelab.engine.messages import AllocatorStats, Heartbeat, WorkerReady
+from voicelab.engine.messages import AllocatorStats, Heartbeat, SynthesisRequest, WorkerReady
 from voicelab.voice.cache import ProfileCacheStats
 
 
@@ -42,6 +44,35 @@ class EngineStatus:
     profile_cache: ProfileCacheStats | None = None
     model_loaded: bool = True
     worker_uptime_s: float | None = None
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """Who is ahead of whom, for honest progress lines: the job in flight (its text) and the queued job ids.
+
+    in_flight_text: the text of the job the worker runs now ("" when none); in_flight_s: for how long.
+    queued: job ids waiting, next first. waiting_for_worker: a job is due but no worker is ready yet.
+    """
+
+    in_flight_text: str = ""
+    in_flight_s: float = 0.0
+    queued: tuple[str, ...] = ()
+    waiting_for_worker: bool = False
+
+    @classmethod
+    def of(cls, in_flight: object, since: float, queued: Iterable[Any], no_worker: bool) -> QueueView:
+        """The view of a client's state: ``in_flight`` is a job, a control call or ``None``; ``queued`` jobs."""
+        ids = tuple(job.job_id for job in queued)
+        request = getattr(in_flight, "request", None)
+        if isinstance(request, SynthesisRequest):
+            return cls(request.text, time.monotonic() - since, ids, no_worker and bool(ids))
+        return cls("", 0.0, ids, no_worker and bool(ids))
+
+    def ahead_of(self, job_id: str) -> int | None:
+        """How many jobs run before ``job_id`` (the one in flight included); ``None`` when it is not queued."""
+        if job_id not in self.queued:
+            return None
+        return self.queued.index(job_id) + (1 if self.in_flight_text else 0)
 
 
 @dataclass

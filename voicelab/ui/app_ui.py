@@ -8,7 +8,7 @@ model. Launch it with ``voicelab.ui.serving.launch_options(settings)`` so only t
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gradio as gr
@@ -18,19 +18,24 @@ from voicelab.history import History
 from voicelab.settings import Settings
 from voicelab.studio import GenerationService
 from voicelab.ui import handlers as actions
+from voicelab.ui.adapt import PIPER_OPTIONS, PageAdapter
 from voicelab.ui.cache import UploadCache
 from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
 from voicelab.ui.edges import GuardedBlocks
-from voicelab.ui.handlers import Studio
+from voicelab.ui.handlers import CONTROL_NAMES, Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, ReuseTargets, history_layout, wire_history
+from voicelab.ui.i18n import DETECT_LANGUAGE_JS, I18N, SET_LANGUAGE_JS, t, text_in
+from voicelab.ui.localized import UI_LANGUAGES, choice_labels, ui_language
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
 from voicelab.ui.serving import cache_cleanup, configure_environment, history_admins
 from voicelab.ui.speak_tab import SpeakView, can_stream, speak_layout
+from voicelab.ui.style_controls import CONTROL_CHOICES
 from voicelab.ui.voices_tab import VoiceLibrary, VoicePickerView, voice_picker_layout
 from voicelab.voices import VOICES_DIRNAME, VoiceStore
 
 GENERATE_CONCURRENCY_HEADROOM = 1  # one more than the engine queue, so the engine (not Gradio) says "busy"
+TAB_KEYS = ("tab_speak", "tab_clone", "tab_design", "tab_history")
 QUIET: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private"}
 
 
@@ -80,23 +85,32 @@ def build_ui(
         ResourcePanel(client, telemetry),
     )
     with GuardedBlocks(title="VoiceLab", analytics_enabled=False, delete_cache=cache_cleanup(settings)) as demo:
-        gr.Markdown("# VoiceLab\nVoice cloning and instruction-controlled speech that keeps running.")
+        demo.i18n_instance = I18N  # what launch(i18n=...) and mount_gradio_app(i18n=...) set
+        with gr.Row(equal_height=True):
+            gr.Markdown(t("header"), elem_id="header")
+            page = PageView(
+                gr.Radio(list(UI_LANGUAGES), value="en", label=t("ui_language"), elem_id="ui-language", scale=0),
+                gr.Markdown(elem_id="backend-note"),
+            )
         if paths.notice:
             gr.HTML(f'<p class="vl-warning">{html.escape(paths.notice)}</p>', elem_id="storage-notice")
         with gr.Row():
             with gr.Column(scale=3), gr.Tabs() as tabs:
-                with gr.Tab("Speak", id="speak"):
+                with gr.Tab(t("tab_speak"), id="speak") as speak_tab:
                     speak = speak_layout()
-                with gr.Tab("Clone", id="clone"):
+                with gr.Tab(t("tab_clone"), id="clone") as clone_tab:
                     picker = voice_picker_layout()
                     clone = clone_layout()
-                with gr.Tab("Design / Instruct", id="design"):
+                with gr.Tab(t("tab_design"), id="design") as design_tab:
                     design = design_layout()
-                with gr.Tab("History", id="history") as history_tab:
+                with gr.Tab(t("tab_history"), id="history") as history_tab:
                     history_view = history_layout()
             with gr.Column(scale=2, min_width=320):
                 panel = panel_layout()
-        _wire(demo, Views(speak, clone, design, history_tab, history_view, panel, tabs), handlers, settings)
+        views = Views(speak, clone, design, history_tab, history_view, panel, tabs)
+        _wire(demo, views, handlers, settings)
+        tab_items = (speak_tab, clone_tab, design_tab, history_tab)
+        wire_page(demo, replace(page, tabs=tab_items), views, PageAdapter(service, can_stream()))
         wire_voices(demo, picker, clone, design, library)
     return demo
 
@@ -104,7 +118,7 @@ def build_ui(
 def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings) -> None:
     """Every event of the app. Named endpoints are the app's API; timers and chained refreshes stay private."""
     _wire_generation(views, handlers, settings)
-    _wire_design_helpers(views.design)
+    _wire_style_helpers(views)
     _wire_history(demo, views, handlers)
     _wire_panel(demo, views.panel, handlers.panel)
 
@@ -136,20 +150,23 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         [design.generate.click],
         handlers.studio.design,
         inputs=design.inputs,
-        outputs=[*design.takes_audio, design.meta, design.parsed],
+        outputs=[*design.takes_audio, design.meta, design.style.parsed],
         api_name="design",
         preprocess=False,
         **limit,
     ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
 
 
-def _wire_design_helpers(design: DesignView) -> None:
-    design.preset.input(
-        actions.apply_preset, inputs=design.preset, outputs=[design.instruction, design.text, *design.controls], **QUIET
-    )
-    style_changes = [design.instruction.change, *(c.change for c in design.controls)]
-    gr.on(style_changes, actions.preview_style, inputs=design.style_inputs, outputs=design.parsed, **QUIET)
+def _wire_style_helpers(views: Views) -> None:
+    """Presets and the live style preview, the same on Clone and Design; the number of Design's players."""
+    for style, text in ((views.clone.style, views.clone.text), (views.design.style, views.design.text)):
+        outputs = [style.instruction, text, *style.controls]
+        style.preset.input(actions.apply_preset, inputs=style.preset, outputs=outputs, **QUIET)
+        changes = [style.instruction.change, *(c.change for c in style.controls)]
+        gr.on(changes, actions.preview_style, inputs=style.inputs, outputs=style.parsed, **QUIET)
+    design = views.design
     design.takes.change(actions.show_takes, inputs=design.takes, outputs=list(design.takes_audio), **QUIET)
+    views.speak.examples.click(lambda sample: sample[0], inputs=views.speak.examples, outputs=views.speak.text, **QUIET)
 
 
 def _wire_history(demo: gr.Blocks, views: Views, handlers: Handlers) -> None:
@@ -160,7 +177,7 @@ def _wire_history(demo: gr.Blocks, views: Views, handlers: Handlers) -> None:
         clone.transcript,
         tuple(speak.inputs),
         tuple(clone.inputs[2:]),
-        (design.text, design.instruction, *design.controls),
+        (design.text, design.style.instruction, *design.style.controls),
     )
     wire_history(demo, views.history, views.history_tab, handlers.history, targets)
     demo.unload(handlers.studio.end_session)
@@ -180,6 +197,43 @@ def _wire_panel(demo: gr.Blocks, panel: PanelView, handler: ResourcePanel) -> No
     panel.inspect.click(
         handler.inspect_memory, outputs=[panel.segments, panel.report], api_name="inspect_memory", **control
     )
+
+
+@dataclass(frozen=True)
+class PageView:
+    language: gr.Radio  # the UI language switch ("en" / "zh")
+    backend_note: gr.Markdown
+    tabs: tuple[gr.Tab, ...] = ()  # Speak, Clone, Design, History: Gradio translates a tab's label only when shown
+
+
+def wire_page(demo: gr.Blocks, page: PageView, views: Views, adapter: PageAdapter) -> None:
+    """On load: the browser's (or saved) language and the backend's controls; the switch redoes both."""
+    speak, clone, design = views.speak, views.clone, views.design
+    outputs = [
+        page.language, page.backend_note, speak.noise_scale, speak.noise_w, clone.noise_scale, clone.noise_w,
+        speak.live, clone.live, speak.language, clone.language, clone.style.preset, design.style.preset,
+        clone.style.instruction, design.style.instruction, speak.examples, speak.note, *page.tabs,
+        *clone.style.controls, *design.style.controls,
+    ]  # fmt: skip
+
+    def reshape(language: str | None) -> tuple[Any, ...]:
+        shape = adapter.shape(ui_language(language))
+        noise = [gr.update(visible=name in shape.options) for name in PIPER_OPTIONS]
+        hint = gr.update(placeholder=shape.instruction_hint)
+        dropdowns = [gr.update(choices=choice_labels(CONTROL_CHOICES[n], shape.language)) for n in CONTROL_NAMES]
+        return (
+            ui_language(language), shape.backend_note, *noise, *noise,
+            gr.update(visible=shape.live), gr.update(visible=shape.live),
+            gr.update(choices=shape.languages), gr.update(choices=shape.languages),
+            gr.update(choices=shape.presets), gr.update(choices=shape.presets), hint, hint,
+            gr.update(samples=shape.examples), gr.update(visible=shape.builtin_note),
+            *(gr.update(label=text_in(key, language or "en")) for key in TAB_KEYS[: len(page.tabs)]),
+            *dropdowns, *dropdowns,
+        )  # fmt: skip
+
+    quiet: dict[str, Any] = {**QUIET, "concurrency_limit": None}
+    demo.load(reshape, inputs=page.language, outputs=outputs, js=DETECT_LANGUAGE_JS, **quiet)
+    page.language.input(reshape, inputs=page.language, outputs=outputs, js=SET_LANGUAGE_JS, **quiet)
 
 
 def wire_voices(

@@ -40,13 +40,14 @@ from voicelab.errors import InvalidPromptError, StorageError, VoiceLabError
 from voicelab.history import encode_wav
 from voicelab.instruct.controls import UNSPECIFIED, controls_to_style, resolve_style
 from voicelab.instruct.parser import ParsedInstruction
-from voicelab.instruct.presets import get_preset
 from voicelab.instruct.style import Style
-from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Take
+from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Queued, Take
 from voicelab.subtitles import cues, to_srt
 from voicelab.ui.cache import UploadCache
 from voicelab.ui.edges import login_of, shows_errors, upload_path
 from voicelab.ui.edges import seed_for as seed_for  # re-exported: older callers import it from here
+from voicelab.ui.localized import find_preset
+from voicelab.ui.progress import SentenceCount, queued_line
 from voicelab.voice.prompt import PromptAudio
 from voicelab.voices import VoiceStore
 
@@ -72,11 +73,6 @@ def metadata_line(result: SynthesisResult) -> str:
         f"language {result.language}" if result.language else "",
     ]
     return " · ".join(p for p in parts if p)
-
-
-def progress_line(chunk: ChunkReady, seconds: float) -> str:
-    """Shown while a long text is still being made."""
-    return f"Generating… part {chunk.index + 1} ready ({seconds:.1f} s of audio so far, {chunk.elapsed_s:.1f} s)"
 
 
 @dataclass(frozen=True)
@@ -156,13 +152,16 @@ class Studio:
     def run_streaming(self, request: GenerationRequest) -> Iterator[tuple[Any, Any, Any, str, Shown | None]]:
         """(live chunk, subtitles, saved audio, status, finished take) as the engine makes them."""
         prepared = self.service.prepare(request)
-        heard, pieces = 0.0, []
-        for event in self.service.stream(prepared):
-            if isinstance(event, ChunkReady):
+        heard, pieces, sentences = 0.0, [], SentenceCount(prepared.requests[0].text)
+        for event in self.service.follow(prepared):
+            if isinstance(event, Queued):
+                yield gr.skip(), gr.skip(), gr.skip(), queued_line(event), None
+            elif isinstance(event, ChunkReady):
                 heard += event.chunk.duration_s
                 pieces.append((event.chunk.text, event.chunk.duration_s))
+                sentences.add(event)
                 live = encode_wav(event.chunk.audio, event.chunk.sample_rate) if self.streaming else gr.skip()
-                yield live, gr.skip(), gr.skip(), progress_line(event, heard), None
+                yield live, gr.skip(), gr.skip(), sentences.line(event, heard), None
             else:
                 shown = self.show(event)
                 srt = self.subtitles(shown.take, pieces, request.sentence_silence_s)
@@ -190,6 +189,8 @@ class Studio:
         silence_s: object,
         seed: object,
         language: object,
+        instruction: object = "",
+        style: Style | None = None,
         owner: str = "",
     ) -> GenerationRequest:
         """The Speak and Clone tabs' widgets as one request (the same controls on both tabs), raw values coerced."""
@@ -198,6 +199,8 @@ class Studio:
             kind=kind,
             language=as_text("The language", language, 16) or "auto",
             prompt=prompt,
+            instruction=as_text("The style instruction", instruction),
+            style=style or Style(),
             speed=as_number("Speed", speed, SPEED_LIMITS),
             seed=as_seed(seed),
             sentence_silence_s=as_number("Silence between sentences", silence_s, SILENCE_LIMITS),
@@ -236,9 +239,20 @@ class Studio:
         silence_s: float,
         seed: float | None,
         language: str = "auto",
+        instruction: str = "",
+        age: str | None = UNSPECIFIED,
+        gender: str | None = UNSPECIFIED,
+        pitch: str | None = UNSPECIFIED,
+        pitch_variation: str | None = UNSPECIFIED,
+        volume: str | None = UNSPECIFIED,
+        pace: str | None = UNSPECIFIED,
+        emotion: str | None = UNSPECIFIED,
         request: gr.Request | None = None,
     ) -> Iterator[tuple[Any, Any, Any, str, Any]]:
-        """The Clone tab's button: the prompt's sentence comes at once, before anything is queued."""
+        """The Clone tab's button: clone the prompt and, in the same request, apply the style controls.
+
+        The prompt's sentence comes at once, before anything is queued. ``pace`` is the Speed dropdown.
+        """
         prompt_path = upload_path("The voice prompt", prompt)
         if not prompt_path:
             raise InvalidPromptError("Please upload or record a voice prompt first.")
@@ -248,7 +262,8 @@ class Studio:
             self.cache.remember_prompt(request.session_hash, prompt_path)
         self.prune()
         clip = PromptClip(prompt_path, as_text("The transcript of the prompt", transcript, MAX_TRANSCRIPT_CHARS))
-        controls = (speed, noise_scale, noise_w, silence_s, seed, language)
+        style = controls_to_style(*style_labels((age, gender, pitch, pitch_variation, volume, pace, emotion)))
+        controls = (speed, noise_scale, noise_w, silence_s, seed, language, instruction, style)
         asked = self.spoken_request("clone", text, clip, *controls, owner=login_of(request))
         for live, srt, saved, status, shown in self.run_streaming(asked):
             if shown is None:
@@ -275,11 +290,7 @@ class Studio:
     ) -> tuple[Any, ...]:
         """The Design tab's Generate: one resolved style on the built-in or a saved voice, ``takes`` fresh seeds."""
         count = as_whole("Takes", takes, (1, MAX_TAKES))
-        chosen = (age, gender, pitch, pitch_variation, volume, speed, emotion)
-        labels = [
-            as_text(name.replace("_", " ").capitalize(), v, 64) or UNSPECIFIED
-            for name, v in zip(CONTROL_NAMES, chosen, strict=True)
-        ]
+        labels = style_labels((age, gender, pitch, pitch_variation, volume, speed, emotion))
         self.prune()
         asked = GenerationRequest(
             text=as_text("The text to speak", text, NO_LIMIT),
@@ -296,6 +307,14 @@ class Studio:
         players += [gr.update(value=None, visible=False) for _ in range(MAX_TAKES - count)]
         meta = "\n\n".join(f"take {i + 1}: {s.status}" for i, s in enumerate(shown))
         return (*players, meta, describe_parsed(generation.parsed))
+
+
+def style_labels(chosen: tuple[object, ...]) -> list[str]:
+    """The seven Voice-Sculptor dropdowns' raw values as labels, each coerced at the edge (Clone and Design)."""
+    return [
+        as_text(name.replace("_", " ").capitalize(), value, 64) or UNSPECIFIED
+        for name, value in zip(CONTROL_NAMES, chosen, strict=True)
+    ]
 
 
 def write_playable(result: SynthesisResult, cache_dir: Path) -> Path:
@@ -386,5 +405,5 @@ def apply_preset(name: str | None) -> tuple[Any, ...]:
     """Picking a preset fills the instruction and sample text and resets the dropdowns."""
     if not name:
         return (gr.skip(), gr.skip(), *[gr.skip()] * len(CONTROL_NAMES))
-    preset = get_preset(name)
+    preset = find_preset(name)
     return (preset.instruction, preset.sample_text, *[UNSPECIFIED] * len(CONTROL_NAMES))

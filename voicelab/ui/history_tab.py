@@ -235,7 +235,8 @@ class HistoryBrowser:
 
 
 def reused(entry: HistoryEntry) -> list[Any]:
-    """Values for [tabs, 7 Speak inputs, 7 Clone text+controls, Design text, instruction, 7 dropdowns]."""
+    """Values for [tabs, 7 Speak inputs, 7 Clone text+controls, Clone instruction + 7 dropdowns, Design text,
+    instruction, 7 dropdowns]."""
     settings = dict(entry.settings)
     options = dict(settings.get("options") or {})
     seed = settings.get("seed")
@@ -249,13 +250,13 @@ def reused(entry: HistoryEntry) -> list[Any]:
         settings.get("language") if settings.get("language") in ("en", "zh") else "auto",
     ]
     skip7 = [gr.skip()] * 7
+    controls = style_to_controls(style_of(entry))
+    styled = [entry.instruction, *(controls[name] for name in CONTROL_NAMES)]
     if entry.kind == "design":
-        controls = style_to_controls(style_of(entry))
-        design = [entry.text, entry.instruction, *(controls[name] for name in CONTROL_NAMES)]
-        return [gr.Tabs(selected="design"), *skip7, *skip7, *design]
-    tab = "clone" if entry.kind == "clone" else "speak"
-    speak, clone = (spoken, skip7) if tab == "speak" else (skip7, spoken)
-    return [gr.Tabs(selected=tab), *speak, *clone, *[gr.skip()] * 9]
+        return [gr.Tabs(selected="design"), *skip7, *skip7, *[gr.skip()] * 8, entry.text, *styled]
+    if entry.kind == "clone":  # clone + instruction: the style controls come back too
+        return [gr.Tabs(selected="clone"), *skip7, *spoken, *styled, *[gr.skip()] * 9]
+    return [gr.Tabs(selected="speak"), *spoken, *skip7, *[gr.skip()] * 8, *[gr.skip()] * 9]
 
 
 def wire_history(

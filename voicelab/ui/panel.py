@@ -11,6 +11,9 @@ from __future__ import annotations
 import html
 import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -19,14 +22,31 @@ from PIL import Image
 
 from voicelab.engine.api import Engine
 from voicelab.engine.messages import AllocatorStats, CleanReport
-from voicelab.engine.status import EngineStatus
+from voicelab.engine.status import EngineStatus, QueueView, RestartReport
 from voicelab.engine.validation import as_bool
 from voicelab.telemetry.pictures import format_bytes, format_percent, panel_summary, segment_map_figure, timeline_figure
 from voicelab.telemetry.ring import RingBuffer
 from voicelab.telemetry.samples import MemorySample
 from voicelab.ui.handlers import shows_errors
+from voicelab.ui.i18n import t
+from voicelab.ui.progress import first_words
 
 TIMELINE_MINUTES = 10.0
+RESTART_POLL_S = 1.0
+CPU_NOTE = (
+    "The worker runs on the CPU: there is no CUDA device, so no GPU memory, allocator reserve or fragmentation "
+    "to show. Host RAM and the worker's RSS are its memory."
+)
+CPU_INSPECT = (
+    "**No device allocator on CPU.** The worker runs on the CPU, where PyTorch keeps no caching allocator, "
+    "so there are no segments to map; its memory is the worker RSS in the panel above."
+)
+CUDA_ROWS = frozenset(
+    {
+        "allocated", "reserved", "cached free", "non-releasable", "fragmentation", "largest free block",
+        "peak allocated", "alloc retries", "OOMs", "worker on GPU", "outside PyTorch",
+    }
+)  # fmt: skip
 
 
 class TelemetrySource(Protocol):
@@ -51,20 +71,18 @@ class PanelView:
 
 
 def panel_layout() -> PanelView:
-    gr.Markdown("### Resources")
+    gr.Markdown(t("resources"))
     gauges = gr.HTML(elem_id="panel-gauges", apply_default_css=False)
-    timeline = gr.Image(label="Memory timeline", format="png", interactive=False, height=230, elem_id="panel-timeline")
+    timeline = gr.Image(label=t("timeline"), format="png", interactive=False, height=230, elem_id="panel-timeline")
     with gr.Row():
-        clear_profiles = gr.Checkbox(label="also clear speaker profiles", elem_id="panel-clear-profiles")
-        clean = gr.Button("Clean cache", size="sm", elem_id="panel-clean")
+        clear_profiles = gr.Checkbox(label=t("clear_profiles"), elem_id="panel-clear-profiles")
+        clean = gr.Button(t("clean"), size="sm", elem_id="panel-clean")
     with gr.Row():
-        force = gr.Checkbox(label="force (requeue the job in flight)", elem_id="panel-force")
-        restart = gr.Button("Soft restart", size="sm", variant="stop", elem_id="panel-restart")
+        force = gr.Checkbox(label=t("force"), elem_id="panel-force")
+        restart = gr.Button(t("restart"), size="sm", variant="stop", elem_id="panel-restart")
     report = gr.Markdown(elem_id="panel-report")
-    inspect = gr.Button("Inspect memory", size="sm", elem_id="panel-inspect")
-    segments = gr.Image(
-        label="Allocator segments", format="png", interactive=False, visible=False, elem_id="panel-segments"
-    )
+    inspect = gr.Button(t("inspect"), size="sm", elem_id="panel-inspect")
+    segments = gr.Image(label=t("segments"), format="png", interactive=False, visible=False, elem_id="panel-segments")
     return PanelView(
         gauges, timeline, clear_profiles, clean, force, restart, report, inspect, segments, gr.Timer(1.0), gr.Timer(5.0)
     )
@@ -85,11 +103,13 @@ def _share(part: float | None, whole: float | None) -> float | None:
     return None if part is None or not whole else part / whole
 
 
-def _bars(sample: MemorySample | None, stats: AllocatorStats | None) -> list[str]:
-    """The few figures worth a bar: device memory, PyTorch reserve, fragmentation, RAM, CPU."""
+def _bars(sample: MemorySample | None, stats: AllocatorStats | None, on_cpu: bool) -> list[str]:
+    """The few figures worth a bar: device memory, PyTorch reserve, fragmentation (CUDA only), RAM, CPU."""
     bars: list[str] = []
     nvml = sample.nvml if sample else None
     total = nvml.total if nvml else None
+    if on_cpu:
+        stats = None  # no CUDA allocator: its rows would read 0 B, which says nothing true
     if nvml is not None:
         bars.append(
             _gauge("device memory", f"{format_bytes(nvml.used)} / {format_bytes(nvml.total)}", nvml.used / nvml.total)
@@ -115,12 +135,16 @@ def _bars(sample: MemorySample | None, stats: AllocatorStats | None) -> list[str
     return bars
 
 
-def _engine_line(status: EngineStatus) -> str:
+def _engine_line(status: EngineStatus, view: QueueView) -> str:
     worker = status.worker
     state = "ready" if status.ready else ("failed to load" if status.load_error else "starting")
     if status.ready and not status.model_loaded:
         state = "ready (model offloaded while idle; the next job loads it)"
-    where = f"{worker.backend} on {worker.device} ({worker.dtype})" if worker else "no worker yet"
+    if view.in_flight_text:
+        state = f"running {first_words(view.in_flight_text)} for {view.in_flight_s:.0f} s"
+    where = f"{worker.backend} on {worker.device} ({worker.dtype})" if worker else "worker starting"
+    if worker is None and status.load_error:
+        where = "no worker (the model failed to load)"
     cache = status.profile_cache
     profiles = (
         f" · voice profiles {cache.size}/{cache.capacity}, hit rate {cache.hit_rate:.0%}" if cache is not None else ""
@@ -144,18 +168,23 @@ class ResourcePanel:
         return self.telemetry.ring.latest() if self.telemetry is not None else None
 
     def gauges(self) -> str:
-        """The gauges' HTML, refreshed every second."""
-        status = self.engine.status()
+        """The gauges' HTML, refreshed every second; a CPU worker shows no CUDA rows, and says once why."""
+        status, view = self.engine.status(), self.engine.queue_view()
         sample = self._latest()
         stats = sample.allocator if sample and sample.allocator else status.last_stats
+        on_cpu = worker_on_cpu(status, stats)
         rows = panel_summary(sample) if sample is not None else _summary_from(stats)
+        rows = cpu_rows(rows) if on_cpu else rows
+        if "in flight" in rows:
+            rows["in flight"] = first_words(view.in_flight_text) if view.in_flight_text else "idle"
         figures = "".join(f"<span>{html.escape(k)}</span><b>{html.escape(v)}</b>" for k, v in rows.items())
         notes = [status.load_error, status.leak_warning]
         warning = "".join(f'<p class="vl-warning">⚠ {html.escape(n)}</p>' for n in notes if n)
+        cpu_note = f'<p class="vl-muted" id="panel-cpu-note">{html.escape(CPU_NOTE)}</p>' if on_cpu else ""
         updated = time.strftime("%H:%M:%S")
         return (
-            f'<div class="vl-panel" data-updated="{updated}">{"".join(_bars(sample, stats))}{warning}'
-            f'<p class="vl-muted">{html.escape(_engine_line(status))}</p>'
+            f'<div class="vl-panel" data-updated="{updated}">{"".join(_bars(sample, stats, on_cpu))}{warning}'
+            f'{cpu_note}<p class="vl-muted" id="panel-engine-line">{html.escape(_engine_line(status, view))}</p>'
             f'<div class="vl-summary">{figures}</div><p class="vl-muted">updated {updated}</p></div>'
         )
 
@@ -177,27 +206,68 @@ class ResourcePanel:
         return clean_report_text(report)
 
     @shows_errors
-    def soft_restart(self, force: bool) -> str:
-        report = self.engine.soft_restart(force=as_bool("Force", force))
-        lines = [
-            f"**Soft restart** ({'forced' if report.forced else 'after the job in flight'}): "
-            f"worker {report.old_pid or '—'} → {report.new_pid}, ready in {report.time_to_ready_s:.1f} s",
-            *_compare(report.before, report.after),
-        ]
-        if report.requeued_job:
-            lines.append(f"- job {report.requeued_job} was requeued and will run on the new worker")
-        return "\n".join(lines)
+    def soft_restart(self, force: bool) -> Iterator[str]:
+        """Says what it waits for (the job in flight, by its first words) and for how long, then the report."""
+        forced = as_bool("Force", force)
+        started, running = time.monotonic(), self.engine.queue_view().in_flight_text
+        with ThreadPoolExecutor(1, thread_name_prefix="voicelab-restart") as pool:
+            future = pool.submit(self.engine.soft_restart, force=forced)
+            while True:
+                try:
+                    report = future.result(timeout=RESTART_POLL_S)
+                    break
+                except FutureTimeout:
+                    yield restart_waiting_line(self.engine.queue_view(), forced, time.monotonic() - started)
+        yield restart_report_text(report, running)
 
     @shows_errors
     def inspect_memory(self) -> tuple[dict[str, Any], str]:
-        """The segment map (shown from the first press on) and a one-line summary."""
+        """The segment map (shown from the first press on) and a one-line summary; on CPU, why there is none."""
         snapshot = self.engine.memory_snapshot()
+        if snapshot.device.startswith("cpu"):
+            return gr.update(value=None, visible=False), CPU_INSPECT
         reserved = sum(s.total_size for s in snapshot.segments)
         text = (
             f"**{len(snapshot.segments)} segments** on {snapshot.device}, {format_bytes(reserved)} reserved, "
             f"largest free block {format_bytes(snapshot.largest_free_block)}"
         )
         return gr.update(value=segment_map_figure(snapshot), visible=True), text
+
+
+def restart_waiting_line(view: QueueView, force: bool, waited_s: float) -> str:
+    """While a soft restart is pending: the job it waits for, by its first words, and for how long."""
+    if view.in_flight_text and not force:
+        return (
+            f"**Soft restart** is waiting for the job in flight, {first_words(view.in_flight_text)}, to finish: "
+            f"{waited_s:.0f} s so far (tick force to requeue it and restart now)."
+        )
+    return f"**Soft restart**: starting a new worker… {waited_s:.0f} s so far."
+
+
+def restart_report_text(report: RestartReport, requeued_text: str = "") -> str:
+    lines = [
+        f"**Soft restart** ({'forced' if report.forced else 'after the job in flight'}): "
+        f"worker {report.old_pid or '—'} → {report.new_pid}, ready in {report.time_to_ready_s:.1f} s",
+        *_compare(report.before, report.after),
+    ]
+    if report.requeued_job:
+        job = first_words(requeued_text) if requeued_text else f"job {report.requeued_job}"
+        lines.append(f"- {job} was requeued and will run on the new worker")
+    return "\n".join(lines)
+
+
+def worker_on_cpu(status: EngineStatus, stats: AllocatorStats | None) -> bool:
+    """The worker's device is the CPU (from its READY, else from its allocator report)."""
+    device = status.worker.device if status.worker else (stats.device if stats else "")
+    return device.startswith("cpu")
+
+
+def cpu_rows(rows: dict[str, str]) -> dict[str, str]:
+    """The summary without the CUDA allocator's rows, which mean nothing for a CPU worker."""
+    kept = {k: v for k, v in rows.items() if k not in CUDA_ROWS}
+    if "allocator" in kept:
+        kept["allocator"] = "none (CPU worker)"
+    return kept
 
 
 def _summary_from(stats: AllocatorStats | None) -> dict[str, str]:
@@ -213,7 +283,10 @@ def _summary_from(stats: AllocatorStats | None) -> dict[str, str]:
 
 
 def _compare(before: AllocatorStats | None, after: AllocatorStats | None) -> list[str]:
-    """Before → after lines of the figures a clean or restart changes ("—" where a side is unknown)."""
+    """Before → after lines of the figures a clean or restart changes ("—" where a side is unknown).
+
+    A CPU worker has no CUDA allocator: only its host figure is shown.
+    """
     figures = [
         ("worker RSS", lambda s: format_bytes(s.worker_rss)),  # host memory first: it is all a CPU box has
         ("reserved", lambda s: format_bytes(s.reserved)),
@@ -221,6 +294,8 @@ def _compare(before: AllocatorStats | None, after: AllocatorStats | None) -> lis
         ("cached free", lambda s: format_bytes(s.cached_free)),
         ("fragmentation", lambda s: format_percent(s.fragmentation, 1)),
     ]
+    if any(s is not None and s.device.startswith("cpu") for s in (before, after)):
+        figures = [f for f in figures if f[0] not in CUDA_ROWS]
     return [
         f"- {name}: {'—' if before is None else show(before)} → {'—' if after is None else show(after)}"
         for name, show in figures

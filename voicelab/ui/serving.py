@@ -22,6 +22,7 @@ from voicelab.errors import InvalidSettingError
 from voicelab.files import display_path
 from voicelab.settings import Settings
 from voicelab.ui.edges import gradio_error_handlers
+from voicelab.ui.i18n import I18N
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ def launch_options(settings: Settings) -> dict[str, Any]:
         "show_error": True,
         "css": CSS,
         "app_kwargs": {"exception_handlers": gradio_error_handlers()},
+        "i18n": I18N,  # English and Chinese (voicelab.ui.i18n)
     }
 
 

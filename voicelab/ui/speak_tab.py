@@ -7,14 +7,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-EXAMPLES = [
-    "The quick brown fox jumps over the lazy dog.",
-    "今天天气很好，我们去公园散步吧。",
-    "我今天用 VoiceLab 做了一个 demo，效果很好。",
-    "VoiceLab keeps running: the hundredth generation is as fast as the first.",
-    "Please mind the gap between the train and the platform. Thank you for travelling with us.",
-    "Is it raining outside? I left my umbrella at home!",
-]
+from voicelab.ui.i18n import t
+from voicelab.ui.localized import CHOICES_ZH, examples_for, ui_language
 
 
 @dataclass(frozen=True)
@@ -31,27 +25,34 @@ class SpeakView:
     meta: gr.Markdown
     language: gr.Dropdown
     subtitles: gr.File
+    examples: gr.Dataset
+    note: gr.Markdown
 
     @property
     def inputs(self) -> list[gr.components.Component]:
         return [self.text, self.speed, self.noise_scale, self.noise_w, self.silence, self.seed, self.language]
 
 
+LANGUAGE_NAMES = {"en": "English", "zh": "中文 Chinese", "ja": "日本語 Japanese", "ko": "한국어 Korean"}
 LANGUAGES = [("Auto (by script)", "auto"), ("English", "en"), ("中文 Chinese", "zh")]
-VOICES_NOTE = (
-    "Built-in voices: English (Piper en_US-joe-medium, MIT) and Chinese (Baker FastSpeech2; "
-    "non-commercial use only). Mixed text is spoken run by run, each in its own voice."
-)
+
+
+def language_choices(languages: tuple[str, ...], ui: str = "en") -> list[tuple[str, str]]:
+    """Auto plus the languages the loaded backend speaks (``ui``: the page's language, for Auto's label)."""
+    auto = CHOICES_ZH["Auto (by script)"] if ui_language(ui) == "zh" else "Auto (by script)"
+    return [(auto, "auto"), *((LANGUAGE_NAMES.get(code, code), code) for code in languages)]
 
 
 def subtitles_file(prefix: str) -> gr.File:
     """Sentence-level SubRip subtitles of the finished take, to download beside the audio."""
-    return gr.File(label="Subtitles (SRT)", interactive=False, elem_id=f"{prefix}-srt", height=60)
+    return gr.File(label=t("subtitles"), interactive=False, elem_id=f"{prefix}-srt", height=60)
 
 
 def language_choice(prefix: str) -> gr.Dropdown:
     """Auto sends Chinese characters to the Mandarin voice and Latin letters to the English voice."""
-    return gr.Dropdown(choices=LANGUAGES, value="auto", label="Language", elem_id=f"{prefix}-language", min_width=160)
+    return gr.Dropdown(
+        choices=LANGUAGES, value="auto", label=t("text_language"), elem_id=f"{prefix}-language", min_width=160
+    )
 
 
 def can_stream() -> bool:
@@ -62,7 +63,7 @@ def can_stream() -> bool:
 def live_player(prefix: str) -> gr.Audio:
     """Plays each part as the engine finishes it (first sentence first), before the whole text is made."""
     return gr.Audio(
-        label="Live (plays as it is made)",
+        label=t("live"),
         streaming=True,
         autoplay=True,
         interactive=False,
@@ -72,37 +73,46 @@ def live_player(prefix: str) -> gr.Audio:
 
 
 def sampling_controls(prefix: str) -> tuple[gr.Slider, gr.Slider, gr.Slider, gr.Slider, gr.Number]:
-    """The VITS controls, shared by the Speak and Clone tabs (``prefix`` keeps element ids unique)."""
-    with gr.Accordion("Advanced", open=False):
+    """The VITS controls, shared by the Speak and Clone tabs (``prefix`` keeps element ids unique).
+
+    Noise scale and noise w are hidden on load where the backend has no such option (``ui.adapt``).
+    """
+    with gr.Accordion(t("advanced"), open=False):
         with gr.Row():
-            speed = gr.Slider(0.5, 2.0, value=1.0, step=0.05, label="Speed", info="length scale = 1 / speed")
-            silence = gr.Slider(0.0, 2.0, value=0.2, step=0.05, label="Silence between sentences (s)")
+            speed = gr.Slider(0.5, 2.0, value=1.0, step=0.05, label=t("speed"), info=t("speed_info"))
+            silence = gr.Slider(0.0, 2.0, value=0.2, step=0.05, label=t("silence"))
         with gr.Row():
-            noise_scale = gr.Slider(0.0, 1.5, value=0.667, step=0.01, label="Noise scale", info="voice variation")
-            noise_w = gr.Slider(0.0, 1.5, value=0.8, step=0.01, label="Noise w", info="rhythm variation")
-        seed = gr.Number(
-            value=-1, precision=0, label="Seed", info="-1: a new random seed each time", elem_id=f"{prefix}-seed"
-        )
+            noise_scale = gr.Slider(
+                0.0, 1.5, value=0.667, step=0.01, label=t("noise_scale"), info=t("noise_scale_info"),
+                elem_id=f"{prefix}-noise-scale",
+            )  # fmt: skip
+            noise_w = gr.Slider(
+                0.0, 1.5, value=0.8, step=0.01, label=t("noise_w"), info=t("noise_w_info"), elem_id=f"{prefix}-noise-w"
+            )
+        seed = gr.Number(value=-1, precision=0, label=t("seed"), info=t("seed_info"), elem_id=f"{prefix}-seed")
     return speed, noise_scale, noise_w, silence, seed
 
 
 def speak_layout() -> SpeakView:
     with gr.Row():
         text = gr.Textbox(
-            label="Text",
+            label=t("text"),
             lines=4,
             max_lines=12,
-            placeholder="Type what the voice should say… / 输入要说的话…",
+            placeholder=t("text_placeholder"),
             elem_id="speak-text",
             scale=4,
         )
         language = language_choice("speak")
     speed, noise_scale, noise_w, silence, seed = sampling_controls("speak")
-    generate = gr.Button("Generate", variant="primary", elem_id="speak-generate")
+    generate = gr.Button(t("generate"), variant="primary", elem_id="speak-generate")
     live = live_player("speak")
-    audio = gr.Audio(label="Speech", type="filepath", interactive=False, elem_id="speak-audio", buttons=["download"])
+    audio = gr.Audio(label=t("speech"), type="filepath", interactive=False, elem_id="speak-audio", buttons=["download"])
     meta = gr.Markdown(elem_id="speak-meta", elem_classes="vl-meta")
     subtitles = subtitles_file("speak")
-    gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[text], label="Examples", cache_examples=False)
-    gr.Markdown(VOICES_NOTE, elem_classes="vl-meta")
-    return SpeakView(text, speed, noise_scale, noise_w, silence, seed, generate, live, audio, meta, language, subtitles)
+    examples = gr.Dataset(
+        components=[text], samples=examples_for("en"), label=t("examples"), type="values", elem_id="speak-examples"
+    )
+    note = gr.Markdown(t("voices_note"), elem_classes="vl-meta", elem_id="speak-voices-note")
+    controls = (speed, noise_scale, noise_w, silence, seed)
+    return SpeakView(text, *controls, generate, live, audio, meta, language, subtitles, examples, note)

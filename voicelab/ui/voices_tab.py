@@ -16,6 +16,7 @@ import gradio as gr
 from voicelab.engine.validation import MAX_TRANSCRIPT_CHARS, as_text
 from voicelab.errors import InvalidPromptError, StorageError
 from voicelab.ui.handlers import shows_errors, upload_path
+from voicelab.ui.i18n import t
 from voicelab.voices import VoiceStore
 
 log = logging.getLogger(__name__)
@@ -31,11 +32,11 @@ class VoicePickerView:
 
 
 def voice_picker_layout() -> VoicePickerView:
-    with gr.Accordion("My voices", open=True), gr.Row(equal_height=True):
-        picker = gr.Dropdown(label="Saved voice", choices=[], value=None, scale=3, elem_id="voices-picker")
-        name = gr.Textbox(label="Save the prompt below as", placeholder="a name", scale=2, elem_id="voices-name")
-        save = gr.Button("Save this voice", scale=1, elem_id="voices-save")
-        delete = gr.Button("Delete", variant="stop", scale=1, elem_id="voices-delete")
+    with gr.Accordion(t("my_voices"), open=True), gr.Row(equal_height=True):
+        picker = gr.Dropdown(label=t("saved_voice"), choices=[], value=None, scale=3, elem_id="voices-picker")
+        name = gr.Textbox(label=t("save_as"), placeholder=t("save_as_placeholder"), scale=2, elem_id="voices-name")
+        save = gr.Button(t("save_voice"), scale=1, elem_id="voices-save")
+        delete = gr.Button(t("delete"), variant="stop", scale=1, elem_id="voices-delete")
     status = gr.Markdown(elem_id="voices-status")
     return VoicePickerView(picker, name, save, delete, status)
 
