@@ -36,18 +36,22 @@ from voicelab.engine.validation import (
     as_text,
     as_whole,
 )
-from voicelab.errors import InvalidPromptError, StorageError, VoiceLabError
+from voicelab.errors import InvalidPromptError, StorageError
 from voicelab.history import encode_wav
-from voicelab.instruct.controls import UNSPECIFIED, controls_to_style, resolve_style
-from voicelab.instruct.parser import ParsedInstruction
+from voicelab.instruct.controls import UNSPECIFIED, controls_to_style
 from voicelab.instruct.style import Style
 from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Queued, Take
 from voicelab.subtitles import cues, to_srt
 from voicelab.ui.cache import UploadCache
 from voicelab.ui.edges import login_of, shows_errors, upload_path
 from voicelab.ui.edges import seed_for as seed_for  # re-exported: older callers import it from here
-from voicelab.ui.localized import find_preset
 from voicelab.ui.progress import SentenceCount, queued_line
+from voicelab.ui.style_actions import CONTROL_NAMES as CONTROL_NAMES  # re-exported with the helpers below
+from voicelab.ui.style_actions import apply_preset as apply_preset
+from voicelab.ui.style_actions import describe_parsed, style_labels
+from voicelab.ui.style_actions import describe_style as describe_style
+from voicelab.ui.style_actions import preview_style as preview_style
+from voicelab.ui.style_actions import show_takes as show_takes
 from voicelab.voice.prompt import PromptAudio
 from voicelab.voices import VoiceStore
 
@@ -55,7 +59,6 @@ log = logging.getLogger(__name__)
 
 AudioValue = str | tuple[int, np.ndarray]
 DISK_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
-CONTROL_NAMES = ("age", "gender", "pitch", "pitch_variation", "volume", "speed", "emotion")  # controls_to_style order
 SpeakOutputs = tuple[Any, Any, Any, str]  # live chunk, subtitles file, saved audio, status line
 
 
@@ -309,14 +312,6 @@ class Studio:
         return (*players, meta, describe_parsed(generation.parsed))
 
 
-def style_labels(chosen: tuple[object, ...]) -> list[str]:
-    """The seven Voice-Sculptor dropdowns' raw values as labels, each coerced at the edge (Clone and Design)."""
-    return [
-        as_text(name.replace("_", " ").capitalize(), value, 64) or UNSPECIFIED
-        for name, value in zip(CONTROL_NAMES, chosen, strict=True)
-    ]
-
-
 def write_playable(result: SynthesisResult, cache_dir: Path) -> Path:
     """The WAV Gradio will serve, in its cache folder (named by content, like Gradio's own copies)."""
     return write_cached(encode_wav(result.audio, result.sample_rate), cache_dir, f"{result.job_id}.wav")
@@ -362,48 +357,3 @@ def clone_figures(result: SynthesisResult, prompt: PromptAudio) -> str:
         )
     lines.extend(prompt.notices)
     return "\n\n".join(lines)
-
-
-def describe_style(style: Style) -> str:
-    """A style as a user reads it, e.g. "speed 0.75x · pitch +3.0 st · emotion happy"."""
-    units = {
-        "speed": lambda v: f"speed {v:g}x",
-        "pitch_semitones": lambda v: f"pitch {v:+.1f} st",
-        "pitch_range": lambda v: f"pitch range {v:g}x",
-        "volume_db": lambda v: f"volume {v:+.0f} dB",
-    }
-    parts = [units[k](v) if k in units else f"{k} {v}" for k, v in style.to_dict().items()]
-    return " · ".join(parts) if parts else "neutral (the voice as it is)"
-
-
-def describe_parsed(parsed: ParsedInstruction) -> str:
-    """What the instruction and dropdowns resolved to, and which words were not understood."""
-    lines = [f"**Style:** {describe_style(parsed.style)}"]
-    if parsed.matched:
-        lines.append(f"**Understood:** {', '.join(parsed.matched)}")
-    if parsed.not_rendered:
-        lines.append(f"**Not rendered** (read, but nothing the voice can do): {', '.join(parsed.not_rendered)}")
-    if parsed.not_understood:
-        lines.append(f"**Not understood:** {', '.join(parsed.not_understood)}")
-    return "\n\n".join(lines)
-
-
-def preview_style(instruction: str, *choices: str | None) -> str:
-    """Live preview under the instruction box (no generation); a bad input shows its sentence here."""
-    try:
-        return describe_parsed(resolve_style(instruction or "", controls_to_style(*choices)))
-    except VoiceLabError as exc:
-        return f"**{exc}**"
-
-
-def show_takes(count: float) -> list[Any]:
-    """As many players as takes asked for."""
-    return [gr.update(visible=i < int(count)) for i in range(MAX_TAKES)]
-
-
-def apply_preset(name: str | None) -> tuple[Any, ...]:
-    """Picking a preset fills the instruction and sample text and resets the dropdowns."""
-    if not name:
-        return (gr.skip(), gr.skip(), *[gr.skip()] * len(CONTROL_NAMES))
-    preset = find_preset(name)
-    return (preset.instruction, preset.sample_text, *[UNSPECIFIED] * len(CONTROL_NAMES))
