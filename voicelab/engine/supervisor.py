@@ -88,8 +88,9 @@ class WorkerSupervisor:
                 return outcome == "ready"
             self.start_deaths += 1
         self.kept_dying = True
+        where = "" if self.settings.device == "auto" else f" on {self.settings.device}"
         self.load_error = (
-            f"The engine worker on {self.settings.device} stopped while starting "
+            f"The engine worker{where} stopped while starting "
             f"{self.settings.start_retries + 1} times in a row; see the log for details."
         )
         return False
