@@ -8,6 +8,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +129,21 @@ def test_a_soft_restart_of_all_replaces_them_one_after_another(pair: EngineClien
     assert [r.old_pid for r in report.workers] == pids
     assert not set(_pids(pair)) & set(pids)
     assert pair.synthesize(SynthesisRequest("after both restarts"), timeout=60).duration_s > 0
+
+
+def test_the_panel_has_a_tab_per_device_with_its_own_gauges_and_buttons(pair: EngineClient, tmp_path: Path) -> None:
+    from voicelab.ui.app_ui import build_ui
+    from voicelab.ui.devices import DevicePanel
+
+    demo = build_ui(pair, replace(pair.settings, outputs_dir=str(tmp_path)))
+    ids = {block.elem_id for block in demo.blocks.values()}
+    assert {"device-0-gauges", "device-1-clean", "device-1-restart"} <= ids
+    panel = DevicePanel(pair)
+    shown = panel.gauges()
+    pids = _pids(pair)
+    assert [f'data-device="cpu #{i}"' in block for i, block in enumerate(shown)] == [True, True]
+    assert all(f"pid {pid}" in block and "ready" in block for pid, block in zip(pids, shown, strict=True))
+    assert panel.clean_cache(0, False).startswith("**Clean cache on cpu**")
+    text = panel.soft_restart(1, False)
+    assert text.startswith(f"**Soft restart of cpu #1** (after its job): worker {pids[1]} → ")
+    assert _pids(pair)[0] == pids[0] and _pids(pair)[1] != pids[1]

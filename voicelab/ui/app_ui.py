@@ -20,6 +20,7 @@ from voicelab.studio import GenerationService
 from voicelab.ui import handlers as actions
 from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
+from voicelab.ui.devices import device_tabs, wire_device_tabs
 from voicelab.ui.handlers import Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, history_layout
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
@@ -89,7 +90,9 @@ def build_ui(
                     history_view = history_layout()
             with gr.Column(scale=2, min_width=320):
                 panel = panel_layout()
+                devices = device_tabs(client)
         _wire(demo, Views(speak, clone, design, history_tab, history_view, panel), handlers, settings)
+        wire_device_tabs(demo, devices, panel, client)
         wire_voices(demo, picker, clone, design, library)
     return demo
 
