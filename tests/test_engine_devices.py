@@ -147,3 +147,16 @@ def test_the_panel_has_a_tab_per_device_with_its_own_gauges_and_buttons(pair: En
     text = panel.soft_restart(1, False)
     assert text.startswith(f"**Soft restart of cpu #1** (after its job): worker {pids[1]} → ")
     assert _pids(pair)[0] == pids[0] and _pids(pair)[1] != pids[1]
+
+
+def test_the_takes_of_one_request_run_on_both_devices_at_once(pair: EngineClient) -> None:
+    from voicelab.studio import GenerationRequest, GenerationService
+
+    service = GenerationService(pair, None, pair.settings)
+    done: list[object] = []
+    thread = threading.Thread(target=lambda: done.append(service.generate(GenerationRequest("sleep 1.5", takes=3))))
+    thread.start()
+    _until(pair, "two takes in flight at once", lambda s: all(w.in_flight_jobs for w in s.workers))
+    thread.join(120)
+    takes = getattr(done[0], "takes", ())
+    assert len(takes) == 3 and len({t.result.seed for t in takes}) == 3
