@@ -223,18 +223,20 @@ class WorkerSlot:
         self.pool.requeue(requeued)
         old_pid, before, started = self.supervisor.pid, self.figures.stats, time.monotonic()
         self.supervisor.replace(not busy, self._tick)
-        with self.pool.lock:
-            self.restart = None
         self._started()
         self._resolve_restart(restart, old_pid, started, before, requeued[0].job_id if requeued else None)
 
     def _resolve_restart(
         self, restart: RestartCall, old_pid: int, started: float, before: AllocatorStats | None, requeued: str | None
     ) -> None:
+        after = self._query_stats() if self.supervisor.handle is not None else None
+        with self.pool.lock:  # healthy again only now: until here this thread could not have taken a job
+            if self.restart is restart:
+                self.restart = None
+            self.pool.lock.notify_all()
         if self.supervisor.handle is None:
             restart.future.set_exception(BackendLoadError(self.supervisor.load_error))
             return
-        after = self._query_stats()
         restart.future.set_result(
             RestartReport(
                 old_pid=old_pid,
