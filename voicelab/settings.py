@@ -38,7 +38,7 @@ class Settings:
     idle_offload_minutes: float = 0.0  # 0 disables offloading an idle model
     leak_warn_mib: float = 64.0
     torch_threads: int = 0  # 0: PyTorch's default
-    worker_wait_s: float = 120.0  # how long a queued job waits for a healthy worker before it fails
+    worker_wait_s: float = 300.0  # how long a queued job waits for a healthy worker before it fails
     start_retries: int = 4  # further tries (with backoff) when a new worker dies while starting
 
     @property
