@@ -160,3 +160,36 @@ def test_the_takes_of_one_request_run_on_both_devices_at_once(pair: EngineClient
     thread.join(120)
     takes = getattr(done[0], "takes", ())
     assert len(takes) == 3 and len({t.result.seed for t in takes}) == 3
+
+
+def test_metrics_and_health_name_each_device(pair: EngineClient) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import Metric
+    from prometheus_client.registry import Collector
+
+    from voicelab.api.metrics import worker_metrics
+    from voicelab.api.ops import worker_body
+
+    status = pair.status()
+
+    class Workers(Collector):
+        def collect(self) -> Iterator[Metric]:
+            yield from worker_metrics(status)
+
+    registry = CollectorRegistry()
+    registry.register(Workers())
+    text = generate_latest(registry).decode()
+    assert 'voicelab_worker_up{device="cpu #0"} 1.0' in text and 'voicelab_worker_up{device="cpu #1"} 1.0' in text
+    restarts = [w.restarts for w in status.workers]
+    assert f'voicelab_device_worker_restarts_total{{device="cpu #1"}} {restarts[1]:.1f}' in text
+    assert [worker_body(w)["pid"] for w in status.workers] == _pids(pair)
+    assert {worker_body(w)["state"] for w in status.workers} == {"ready"}
+
+
+def test_a_forced_restart_of_one_worker_runs_its_job_again(pair: EngineClient) -> None:
+    request = SynthesisRequest("sleep 3")
+    running = pair.submit(request)
+    target = _running_on(pair, request.job_id)
+    report = pair.soft_restart(force=True, worker=target)
+    assert report.forced and report.requeued_job == request.job_id
+    assert running.result(timeout=60).job_id == request.job_id

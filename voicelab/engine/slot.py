@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 CONTROL_TIMEOUT_S = 120.0
 AUTO_CLEAN_ID = "auto-clean"
 JOBS_PER_WORKER = 1  # single flight per device; micro-batching inside the worker may raise it
+GAVE_UP_PAUSE_S = 60.0  # a device whose new workers kept dying tries again after this, work waiting or not
 
 
 @dataclass
@@ -133,12 +134,14 @@ class WorkerSlot:
         )
 
     def wanted(self) -> bool:
-        """A failed worker should try again: asked to, or work waits and no other device can run it."""
+        """A failed worker should try again: asked to, or work waits and no other device can run it; one whose
+        new workers kept dying also tries again on its own after a pause (the cause may have been passing)."""
         if self.restart is not None or self.retry_load or self.controls:
             return True
-        if not self.pool.jobs or self.pool.anyone_healthy():
-            return False
-        return not self.supervisor.kept_dying or time.monotonic() - self._gave_up_at > BACKOFF_MAX_S
+        stranded = bool(self.pool.jobs) and not self.pool.anyone_healthy()
+        if not self.supervisor.kept_dying:
+            return stranded
+        return time.monotonic() - self._gave_up_at > (BACKOFF_MAX_S if stranded else GAVE_UP_PAUSE_S)
 
     # ---- the slot's thread ----
 
