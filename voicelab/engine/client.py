@@ -28,13 +28,11 @@ from voicelab.engine.messages import (
 from voicelab.engine.pool import JobPool
 from voicelab.engine.proc import WorkerHandle, spawn_worker
 from voicelab.engine.routing import WorkerLoad
-from voicelab.engine.slot import CONTROL_TIMEOUT_S, WorkerSlot
+from voicelab.engine.slot import WorkerSlot
 from voicelab.engine.status import EngineStatus, RestartReport, combine_cleans, combine_restarts, engine_status
-from voicelab.engine.supervisor import STARTUP_TIMEOUT_S
+from voicelab.engine.supervisor import CONTROL_TIMEOUT_S, STARTUP_TIMEOUT_S
 from voicelab.errors import BackendLoadError, EngineStoppedError, InvalidSettingError
 from voicelab.settings import Settings
-
-__all__ = ["CONTROL_TIMEOUT_S", "EngineClient"]
 
 
 class EngineClient:

@@ -39,7 +39,6 @@ from voicelab.settings import Settings
 
 log = logging.getLogger(__name__)
 
-CONTROL_TIMEOUT_S = 120.0
 AUTO_CLEAN_ID = "auto-clean"
 JOBS_PER_WORKER = 1  # single flight per device; micro-batching inside the worker may raise it
 GAVE_UP_PAUSE_S = 60.0  # a device whose new workers kept dying tries again after this, work waiting or not
@@ -232,7 +231,9 @@ class WorkerSlot:
     def _resolve_restart(
         self, restart: RestartCall, old_pid: int, started: float, before: AllocatorStats | None, requeued: str | None
     ) -> None:
-        after = self._query_stats() if self.supervisor.handle is not None else None
+        after = self.supervisor.ask_stats(self._handle_message) if self.supervisor.handle is not None else None
+        if after is not None:
+            self._record_stats(after)
         with self.pool.lock:  # healthy again only now: until here this thread could not have taken a job
             if self.restart is restart:
                 self.restart = None
@@ -253,20 +254,6 @@ class WorkerSlot:
                 device=self.status().label,
             )
         )
-
-    def _query_stats(self) -> AllocatorStats | None:
-        """A synchronous stats round-trip right after READY (nothing else is in flight then)."""
-        request = ControlRequest(ControlKind.STATS)
-        self.supervisor.send(request)
-        deadline = time.monotonic() + CONTROL_TIMEOUT_S
-        while time.monotonic() < deadline and self.supervisor.alive():
-            for message in self.supervisor.receive(POLL_S):
-                if isinstance(message, ControlReply) and message.request_id == request.request_id:
-                    assert isinstance(message.payload, AllocatorStats)
-                    self._record_stats(message.payload)
-                    return message.payload
-                self._handle_message(message)
-        return None
 
     def _dispatch_next(self) -> None:
         with self.pool.lock:

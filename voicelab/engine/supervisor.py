@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from voicelab.engine.messages import ControlKind, ControlRequest, ErrorReply, WorkerReady
+from voicelab.engine.messages import AllocatorStats, ControlKind, ControlReply, ControlRequest, ErrorReply, WorkerReady
 from voicelab.engine.proc import WorkerHandle, spawn_worker
 from voicelab.settings import Settings
 
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 POLL_S = 0.05
 STARTUP_TIMEOUT_S = 300.0
 EXIT_GRACE_S = 10.0
+CONTROL_TIMEOUT_S = 120.0
 BACKOFF_S = 0.5  # the pause before the first retry of a start; doubled each time
 BACKOFF_MAX_S = 8.0
 
@@ -177,6 +178,20 @@ class WorkerSupervisor:
         except (EOFError, OSError):
             worker.process.join(timeout=1.0)
         return messages
+
+    def ask_stats(self, on_other: Callable[[Any], None]) -> AllocatorStats | None:
+        """A synchronous stats round-trip right after READY (nothing else is in flight then); other messages
+        that arrive meanwhile (heartbeats) go to ``on_other``."""
+        request = ControlRequest(ControlKind.STATS)
+        self.send(request)
+        deadline = time.monotonic() + CONTROL_TIMEOUT_S
+        while time.monotonic() < deadline and self.alive():
+            for message in self.receive(POLL_S):
+                if isinstance(message, ControlReply) and message.request_id == request.request_id:
+                    assert isinstance(message.payload, AllocatorStats)
+                    return message.payload
+                on_other(message)
+        return None
 
     def overdue(self, started_at: float) -> bool:
         """A job running since ``started_at`` (monotonic) has passed the per-job timeout."""
