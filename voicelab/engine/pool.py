@@ -23,6 +23,11 @@ from voicelab.errors import BackendLoadError, EngineStoppedError, VoiceLabError
 from voicelab.settings import Settings
 
 LoadsOf = Callable[[SynthesisRequest], Sequence[WorkerLoad]]
+TakeJobs = Callable[[deque[Job]], list[Job]]
+
+
+def take_first(routed: deque[Job]) -> list[Job]:
+    return [routed.popleft()]
 
 
 def no_worker_error(waited_s: float) -> BackendLoadError:
@@ -58,15 +63,20 @@ class JobPool:
             self.jobs.append(job)
             self.lock.notify_all()
 
-    def take_for(self, index: int) -> Job | None:
-        """The first queued job routing places on worker ``index`` (caller holds the lock and has room)."""
-        for job in list(self.jobs):
-            if choose_worker(self.loads(job.request)) != index:
-                continue
+    def take_for(self, index: int, take: TakeJobs | None = None) -> list[Job]:
+        """The queued jobs worker ``index`` runs next (caller holds the lock; the worker has room).
+
+        ``take`` picks from the jobs routing places on this worker, in queue order, popping what it runs: the
+        first one by default; a micro-batcher may take several compatible ones to send as one batch.
+        """
+        routed = deque(job for job in self.jobs if choose_worker(self.loads(job.request)) == index)
+        chosen = (take or take_first)(routed) if routed else []
+        started = []
+        for job in chosen:
             self.jobs.remove(job)
-            if job.running() or job.set_running_or_notify_cancel():
-                return job
-        return None
+            if job.running() or job.set_running_or_notify_cancel():  # else cancelled by its caller while queued
+                started.append(job)
+        return started
 
     def requeue(self, jobs: Sequence[Job]) -> None:
         """Jobs a worker had not started go back to the head of the queue, in their order."""

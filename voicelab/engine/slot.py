@@ -29,7 +29,7 @@ from voicelab.engine.messages import (
     JobAccepted,
     SynthesisResult,
 )
-from voicelab.engine.pool import JobPool
+from voicelab.engine.pool import JobPool, TakeJobs, take_first
 from voicelab.engine.proc import WorkerHandle
 from voicelab.engine.routing import ProfileMirror, WorkerLoad
 from voicelab.engine.status import RestartReport, WorkerFigures, WorkerStatus
@@ -77,6 +77,9 @@ class WorkerSlot:
         self.last_dispatch = 0.0
         self._gave_up_at = 0.0
         self._on_stats = on_stats
+        # The seam for micro-batching in the worker: which routed jobs go at once, and the message that sends them.
+        self.take: TakeJobs = take_first
+        self.message_for: Callable[[list[Job]], Any] = lambda jobs: jobs[0].request
         self.thread = threading.Thread(target=self._run, name=f"voicelab-worker-{index}", daemon=True)
 
     # ---- reads (any thread, under the pool's lock) ----
@@ -259,21 +262,23 @@ class WorkerSlot:
         with self.pool.lock:
             if self.supervisor.handle is None or (self.restart is not None and not self.in_flight):
                 return
-            item: Job | ControlCall | None = None
+            message: Any = None
             if self.control is None and not self.in_flight and self.controls:
-                item = self.control = self.controls.popleft()
-                if not item.future.set_running_or_notify_cancel():
+                self.control = self.controls.popleft()
+                if not self.control.future.set_running_or_notify_cancel():
                     self.control = None
                     return
+                message = self.control.request
             elif self.control is None and self.restart is None and len(self.in_flight) < JOBS_PER_WORKER:
-                item = self.pool.take_for(self.index)
-                if item is not None:
-                    self._place(item)
-            if item is None:
+                jobs = self.pool.take_for(self.index, self.take)
+                for job in jobs:
+                    self._place(job)
+                message = self.message_for(jobs) if jobs else None
+            if message is None:
                 if not self.in_flight and self.control is None:
                     self.pool.lock.wait(POLL_S)
                 return
-        self.supervisor.send(item.request)
+        self.supervisor.send(message)
 
     def _place(self, job: Job) -> None:
         """Record a job as sent to this worker (caller holds the lock)."""
