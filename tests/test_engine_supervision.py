@@ -17,7 +17,7 @@ from voicelab.engine.messages import SynthesisRequest
 from voicelab.engine.proc import WorkerHandle
 from voicelab.engine.status import EngineStatus
 from voicelab.engine.supervisor import backoff_s
-from voicelab.errors import BackendLoadError, WorkerCrashedError
+from voicelab.errors import BackendLoadError, JobTimeoutError, WorkerCrashedError
 from voicelab.settings import Settings
 
 TONE = "tests.fixture_backends:ToneBackend"
@@ -87,3 +87,21 @@ def test_jobs_wait_a_bounded_time_for_a_worker_that_keeps_dying_then_fail_with_o
             status.load_error == "The engine worker stopped while starting 2 times in a row; see the log for details."
         )
         assert status.workers[0].start_deaths == 2 and status.restarts == 1
+
+
+def test_a_timeout_on_one_device_replaces_only_that_worker() -> None:
+    with EngineClient(_settings(devices="cpu,cpu", job_timeout_s=3.0)) as engine:
+        engine.wait_ready(timeout=180)
+        pids = [w.pid for w in engine.status().workers]
+        slow_request = SynthesisRequest("sleep 30")
+        slow = engine.submit(slow_request)
+        _until(engine, "the slow job running", lambda s: s.in_flight_job == slow_request.job_id)
+        victim = next(w.index for w in engine.status().workers if w.in_flight_jobs)
+        served = [engine.synthesize(SynthesisRequest(f"meanwhile {i}"), timeout=60) for i in range(3)]
+        with pytest.raises(JobTimeoutError, match="longer than 3 s"):
+            slow.result(timeout=60)
+        assert all(r.duration_s > 0 for r in served)
+        _until(engine, "the timed-out worker replaced", lambda s: s.workers[victim].ready and s.restarts == 1)
+        status = engine.status()
+        assert status.workers[1 - victim].pid == pids[1 - victim] and status.workers[1 - victim].restarts == 0
+        assert (status.failed, status.restarts) == (1, 1)
