@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 BENCHMARKS: dict[str, str] = {
     "rtf": "voicelab.bench.rtf",
     "soak": "voicelab.bench.soak",
+    "devices": "voicelab.bench.devices",  # throughput with 1 vs N devices (--devices cuda:0,cuda:1)
     "load": "voicelab.bench.load_api",  # browser sessions, or API clients with --api
     "cosyvoice": "voicelab.bench.cosyvoice",
     "mandarin_rtf": "voicelab.bench.mandarin_rtf",  # the Mandarin voice: PyTorch vs the TFLite reference

@@ -23,6 +23,7 @@ class Settings:
     cosyvoice_code: str = ""  # cosyvoice: an upstream FunAudioLLM/CosyVoice checkout (needed for v3); "" = installed
     backend_options: str = ""  # "name=value,name=value": backend-specific settings, read by its factory
     device: str = "auto"  # auto, cpu or cuda[:N]
+    devices: str = ""  # "cuda:0,cuda:1": one worker per device ("cpu,cpu" in tests); empty: one worker on ``device``
     dtype: str = "float32"  # float32, bfloat16 or float16
     queue_size: int = 16
     job_timeout_s: float = 300.0
@@ -42,10 +43,22 @@ class Settings:
     leak_warn_mib: float = 64.0
     rss_warn_mib: float = 150.0  # warn when the worker's RSS after a job exceeds its post-warm-up level by this
     torch_threads: int = 0  # 0: PyTorch's default
+    worker_wait_s: float = 300.0  # how long a queued job waits for a healthy worker before it fails
+    start_retries: int = 4  # further tries (with backoff) when a new worker dies while starting
 
     @property
     def outputs_path(self) -> Path:
         return Path(self.outputs_dir).resolve()
+
+    @property
+    def device_list(self) -> tuple[str, ...]:
+        """The devices to run one worker each on: ``devices`` split at commas, else the one ``device``."""
+        listed = tuple(d.strip() for d in self.devices.split(",") if d.strip())
+        return listed or (self.device,)
+
+    def for_device(self, device: str) -> Settings:
+        """This worker's settings: one device, no list (a worker never spawns workers)."""
+        return replace(self, device=device, devices="")
 
     def backend_option(self, name: str, default: str = "") -> str:
         """One "name=value" entry of ``backend_options`` (``default`` when absent)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
@@ -177,10 +178,18 @@ class GenerationService:
         return PreparedGeneration(tuple(requests), parsed, prompt, request.kind, request.owner)
 
     def generate(self, request: GenerationRequest) -> Generation:
-        """Every take, whole, one after another (so takes never fill the queue that other users share)."""
+        """Every take, whole: side by side on as many devices as the engine has, one after another on one
+        (so one user's takes never hold more of the queue that other users share than there are devices)."""
         prepared = self.prepare(request)
-        takes = tuple(self._finish(self.engine.submit(r), prepared) for r in prepared.requests)
-        return Generation(takes, prepared.parsed, prepared.prompt)
+        window = max(len(self.engine.status().workers), 1)
+        pending: deque[Job] = deque()
+        takes: list[Take] = []
+        for job_request in prepared.requests:
+            if len(pending) >= window:
+                takes.append(self._finish(pending.popleft(), prepared))
+            pending.append(self.engine.submit(job_request))
+        takes.extend(self._finish(job, prepared) for job in pending)
+        return Generation(tuple(takes), prepared.parsed, prepared.prompt)
 
     def stream(self, prepared: PreparedGeneration) -> Iterator[ChunkReady | Take]:
         """The first take's chunks as they are ready, then its finished ``Take``."""

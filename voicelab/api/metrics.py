@@ -32,7 +32,9 @@ class EngineCollector(Collector):
         status = self.status()
         sample = self.telemetry.ring.latest()
         yield GaugeMetricFamily("voicelab_queue_depth", "Jobs waiting for the engine.", value=status.queue_length)
-        running = 1 if status.in_flight_job else 0
+        running = (
+            sum(len(w.in_flight_jobs) for w in status.workers) if status.workers else int(bool(status.in_flight_job))
+        )
         yield GaugeMetricFamily("voicelab_requests_running", "Jobs on the device now.", value=running)
         yield GaugeMetricFamily("voicelab_engine_ready", "1 when the worker is ready.", value=int(status.ready))
         yield CounterMetricFamily(
@@ -48,6 +50,7 @@ class EngineCollector(Collector):
             "Speaker-profile cache misses (this worker).",
             value=cache.misses if cache else 0,
         )
+        yield from worker_metrics(status)
         stats = latest_allocator(status, sample)
         nvml = sample.nvml if sample is not None else None
         memory = {
@@ -65,6 +68,32 @@ class EngineCollector(Collector):
                 "PyTorch allocator non-releasable / cached-free memory.",
                 value=stats.fragmentation,
             )
+
+
+def worker_metrics(status: EngineStatus) -> Iterator[Metric]:
+    """One sample per worker (``device`` label, as the panel's tabs name them): up, running, restarts, memory."""
+    families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+        "up": GaugeMetricFamily("voicelab_worker_up", "1 when this device's worker is ready.", labels=["device"]),
+        "running": GaugeMetricFamily("voicelab_worker_jobs_running", "Jobs on this device now.", labels=["device"]),
+        "restarts": CounterMetricFamily(
+            "voicelab_device_worker_restarts", "Worker processes replaced on this device.", labels=["device"]
+        ),
+        "allocated": GaugeMetricFamily(
+            "voicelab_worker_allocated_bytes", "PyTorch allocated on this device.", labels=["device"]
+        ),
+        "reserved": GaugeMetricFamily(
+            "voicelab_worker_reserved_bytes", "PyTorch reserved on this device.", labels=["device"]
+        ),
+    }
+    for worker in status.workers:
+        label = [worker.label]
+        families["up"].add_metric(label, int(worker.ready))
+        families["running"].add_metric(label, len(worker.in_flight_jobs))
+        families["restarts"].add_metric(label, worker.restarts)
+        if worker.last_stats is not None:
+            families["allocated"].add_metric(label, worker.last_stats.allocated)
+            families["reserved"].add_metric(label, worker.last_stats.reserved)
+    yield from families.values()
 
 
 class Metrics:

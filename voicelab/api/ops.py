@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, field_validator
 from voicelab.api.context import ApiContext
 from voicelab.api.errors import api_field
 from voicelab.api.memory import clean_dict, memory_report, restart_dict
-from voicelab.engine.status import EngineStatus
+from voicelab.engine.status import EngineStatus, WorkerStatus
 from voicelab.engine.validation import as_bool
 
 
@@ -66,6 +66,19 @@ def health_body(ctx: ApiContext, status: EngineStatus) -> dict[str, Any]:
         "failed": status.failed,
         "load_error": status.load_error,
         "leak_warning": status.leak_warning,
+        "workers": [worker_body(w) for w in status.workers],  # one per device; the fields above sum them
+    }
+
+
+def worker_body(worker: WorkerStatus) -> dict[str, Any]:
+    return {
+        "device": worker.label,
+        "state": worker.state,
+        "pid": worker.pid or None,
+        "in_flight": list(worker.in_flight_jobs),
+        "completed": worker.completed,
+        "failed": worker.failed,
+        "restarts": worker.restarts,
     }
 
 

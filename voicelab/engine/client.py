@@ -1,400 +1,211 @@
-"""EngineClient: the front ends' handle on an engine that runs in a worker process.
+"""EngineClient: the front ends' handle on an engine that runs in worker processes, one per device.
 
-It owns the bounded queue, dispatches one job at a time (single flight), routes each job's chunks and result
-back to its caller and runs controls between jobs. The worker's lifecycle is the ``WorkerSupervisor``'s: a
-crash or a timeout fails only the job in flight; queued jobs stay queued, also through a soft restart.
+It owns the bounded queue (``JobPool``) that every worker shares and one ``WorkerSlot`` per device in
+``Settings.device_list`` (``--devices cuda:0,cuda:1``; one device by default). Each slot's thread runs its own
+worker single-flight, routes chunks and results back to each caller and runs its controls between jobs. A
+job goes to the least-loaded healthy worker, the one holding its speaker profile first (``routing``). A crash, a
+timeout or a restart touches only its device's jobs; queued jobs stay queued and move to the other devices.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import replace
 from typing import Any
 
-from voicelab.engine.jobs import ControlCall, Job, RestartCall, busy_error, with_seed
+from voicelab.engine.jobs import Job, RestartCall, with_seed
 from voicelab.engine.messages import (
     AllocatorStats,
-    ChunkReady,
     CleanReport,
     ControlKind,
-    ControlReply,
     ControlRequest,
-    ErrorReply,
-    Heartbeat,
-    JobAccepted,
     SegmentSnapshot,
     SynthesisRequest,
     SynthesisResult,
     WorkerReady,
 )
+from voicelab.engine.pool import JobPool
 from voicelab.engine.proc import WorkerHandle, spawn_worker
-from voicelab.engine.status import EngineStatus, JobCounters, QueueView, RestartReport, WorkerFigures
-from voicelab.engine.supervisor import POLL_S, STARTUP_TIMEOUT_S, WorkerSupervisor
-from voicelab.errors import (
-    BackendLoadError,
-    EngineStoppedError,
-    JobTimeoutError,
-    VoiceLabError,
-    WorkerCrashedError,
-    error_from_name,
+from voicelab.engine.routing import WorkerLoad
+from voicelab.engine.slot import WorkerSlot
+from voicelab.engine.status import (
+    EngineStatus,
+    QueueView,
+    RestartReport,
+    combine_cleans,
+    combine_restarts,
+    engine_status,
 )
+from voicelab.engine.supervisor import CONTROL_TIMEOUT_S, STARTUP_TIMEOUT_S
+from voicelab.errors import BackendLoadError, EngineStoppedError, InvalidSettingError
 from voicelab.settings import Settings
-
-log = logging.getLogger(__name__)
-
-CONTROL_TIMEOUT_S = 120.0
-AUTO_CLEAN_ID = "auto-clean"
 
 
 class EngineClient:
-    """Thread-safe: any thread may submit; one supervisor thread talks to the worker."""
+    """Thread-safe: any thread may submit; each device's slot thread talks to its worker."""
 
     def __init__(
         self, settings: Settings, spawn: Callable[[Settings], WorkerHandle] = spawn_worker, start: bool = True
     ) -> None:
         self.settings = settings
-        self._worker = WorkerSupervisor(settings, spawn)
-        self._lock = threading.Condition()
-        self._jobs: deque[Job] = deque()
-        self._controls: deque[ControlCall] = deque()
-        self._restart: RestartCall | None = None
-        self._stopping = False
-        self._in_flight: Job | ControlCall | None = None
-        self._in_flight_since = 0.0
-        self._accepted = False  # the worker acknowledged the job in flight
-        self._start_attempts = 0
-        self._retry_load = False  # wait_ready asks for another load attempt after a failed one
-        self._figures = WorkerFigures()
-        self._counters = JobCounters()
+        self._pool = JobPool(settings)
         self._listeners: list[Callable[[AllocatorStats], None]] = []
-        self._thread = threading.Thread(target=self._supervise, name="voicelab-supervisor", daemon=True)
+        self._slots = [
+            WorkerSlot(index, settings.for_device(device), self._pool, spawn, self._forward_stats)
+            for index, device in enumerate(settings.device_list)
+        ]
+        self._pool.loads = self._loads
+        self._pool.anyone_healthy = lambda: any(slot.healthy for slot in self._slots)
+        self._pool.no_device_can_load = lambda: all(
+            slot.failed_to_load and not slot.supervisor.kept_dying for slot in self._slots
+        )
         if start:
-            self._thread.start()
+            for slot in self._slots:
+                slot.thread.start()
 
-    # ---- public API (any thread) ----
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """One entry per worker, in the order ``worker=`` indexes them."""
+        return tuple(slot.device for slot in self._slots)
+
+    # ---- jobs ----
 
     def submit(self, request: SynthesisRequest) -> Job:
         """Queue a job; raises EngineBusyError at once when the queue is full."""
         job = Job(with_seed(request))
-        with self._lock:
-            if self._stopping:
-                raise EngineStoppedError()
-            if len(self._jobs) >= self.settings.queue_size:
-                raise busy_error(len(self._jobs))
-            self._jobs.append(job)
-            self._lock.notify_all()
+        self._pool.submit(job)
         return job
 
     def synthesize(self, request: SynthesisRequest, timeout: float | None = None) -> SynthesisResult:
         return self.submit(request).result(timeout)
 
-    def clean_cache(self, clear_profiles: bool = False) -> CleanReport:
-        return self._control(ControlRequest(ControlKind.CLEAN_CACHE, clear_profiles=clear_profiles))
+    def _loads(self, request: SynthesisRequest) -> list[WorkerLoad]:
+        sha = request.prompt.sha256 if request.prompt is not None else None
+        return [slot.load_for(sha) for slot in self._slots]
 
-    def memory_snapshot(self) -> SegmentSnapshot:
-        return self._control(ControlRequest(ControlKind.SNAPSHOT))
+    # ---- controls: one device (``worker=``) or all ----
 
-    def allocator_stats(self) -> AllocatorStats:
-        return self._control(ControlRequest(ControlKind.STATS))
+    def clean_cache(self, clear_profiles: bool = False, *, worker: int | None = None) -> CleanReport:
+        """Clean one worker's cache, or every worker's (figures summed) when ``worker`` is None."""
+        reports = self._control_each(ControlKind.CLEAN_CACHE, worker, clear_profiles)
+        return reports[0] if len(reports) == 1 else combine_cleans(reports)
 
-    def soft_restart(self, force: bool = False, timeout: float | None = STARTUP_TIMEOUT_S) -> RestartReport:
-        """Replace the worker; the job in flight finishes first unless ``force`` (then it is requeued)."""
+    def memory_snapshot(self, *, worker: int | None = None) -> SegmentSnapshot:
+        """The segment map of one worker (the first one that can answer when ``worker`` is None)."""
+        return self._control_each(ControlKind.SNAPSHOT, worker)[0] if worker is not None else self._first_answer()
+
+    def allocator_stats(self, *, worker: int | None = None) -> AllocatorStats:
+        return self._control_each(ControlKind.STATS, 0 if worker is None else worker)[0]
+
+    def soft_restart(
+        self, force: bool = False, timeout: float | None = STARTUP_TIMEOUT_S, *, worker: int | None = None
+    ) -> RestartReport:
+        """Replace a worker; the job in flight finishes first unless ``force`` (then it is requeued).
+
+        With several devices and no ``worker``, they are restarted one after another, so the others keep serving.
+        """
+        if worker is not None or len(self._slots) == 1:
+            return self._restart_one(self._slot(worker or 0), force, timeout)
+        reports = [self._restart_one(slot, force, timeout) for slot in self._slots]
+        return combine_restarts(reports)
+
+    def _slot(self, worker: int) -> WorkerSlot:
+        if not 0 <= worker < len(self._slots):
+            raise InvalidSettingError(f"There is no worker {worker}; this engine has {len(self._slots)}.")
+        return self._slots[worker]
+
+    def _restart_one(self, slot: WorkerSlot, force: bool, timeout: float | None) -> RestartReport:
         future: Future[RestartReport] = Future()
-        with self._lock:
-            if self._restart is not None:
-                return self._restart.future.result(timeout)
-            self._restart = RestartCall(force, "soft restart requested", future)
-            self._lock.notify_all()
+        with self._pool.lock:
+            if self._pool.stopping:
+                raise EngineStoppedError()
+            if slot.restart is not None:
+                future = slot.restart.future
+            else:
+                slot.restart = RestartCall(force, "soft restart requested", future)
+                self._pool.lock.notify_all()
         return future.result(timeout)
 
+    def _control_each(self, kind: ControlKind, worker: int | None, clear_profiles: bool = False) -> list[Any]:
+        """Run a control on one worker or on every worker that can take it (at the same time)."""
+        with self._pool.lock:
+            if self._pool.stopping:
+                raise EngineStoppedError()
+            slots = [self._slot(worker)] if worker is not None else [s for s in self._slots if not s.failed_to_load]
+        if not slots:
+            raise BackendLoadError(self.status().load_error)
+        futures = [slot.call(ControlRequest(kind, clear_profiles=clear_profiles)) for slot in slots]
+        return [future.result(CONTROL_TIMEOUT_S + self.settings.job_timeout_s) for future in futures]
+
+    def _first_answer(self) -> SegmentSnapshot:
+        with self._pool.lock:
+            ready = [s.index for s in self._slots if s.healthy] or [0]
+        return self._control_each(ControlKind.SNAPSHOT, ready[0])[0]
+
+    # ---- state ----
+
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> WorkerReady:
-        """The worker's READY; after a failed load this tries loading again once (the file may be fixed now)."""
+        """Every worker ready (or failed); the first ready one's READY. After a failed load, one more try each."""
         deadline = time.monotonic() + timeout
-        with self._lock:
-            if self._worker.ready is None and self._worker.load_error:
-                attempt, self._retry_load = self._start_attempts, True
-                self._lock.notify_all()
-                while self._start_attempts == attempt and time.monotonic() < deadline and not self._stopping:
-                    self._lock.wait(min(1.0, max(deadline - time.monotonic(), 0.01)))
-            while self._worker.ready is None:
-                if self._worker.load_error:
-                    raise BackendLoadError(self._worker.load_error)
+        with self._pool.lock:
+            retried = {s.index: s.start_attempts for s in self._slots if s.failed_to_load}
+            for slot in self._slots:
+                slot.retry_load = slot.retry_load or slot.index in retried
+            self._pool.lock.notify_all()
+
+            def settled(slot: WorkerSlot) -> bool:
+                if slot.index in retried and slot.start_attempts == retried[slot.index]:
+                    return False
+                return slot.supervisor.ready is not None or slot.failed_to_load
+
+            while not all(settled(s) for s in self._slots):
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError("the engine worker did not become ready in time")
-                self._lock.wait(remaining)
-            return self._worker.ready
+                if remaining <= 0 or self._pool.stopping:
+                    break
+                self._pool.lock.wait(min(remaining, 1.0))
+            ready = [s.supervisor.ready for s in self._slots if s.supervisor.ready is not None]
+            if ready:
+                return ready[0]
+            errors = [s.supervisor.load_error for s in self._slots if s.failed_to_load]
+        if errors and len(errors) == len(self._slots):
+            raise BackendLoadError(self.status().load_error)
+        raise TimeoutError("the engine worker did not become ready in time")
 
     def status(self) -> EngineStatus:
-        with self._lock:
-            in_flight, figures = self._in_flight, self._figures
-            return EngineStatus(
-                ready=self._worker.ready is not None,
-                queue_length=len(self._jobs),
-                in_flight_job=in_flight.job_id if isinstance(in_flight, Job) and self._accepted else None,
-                worker_pid=self._worker.pid,
-                restarts=self._worker.restarts,
-                completed=self._counters.completed,
-                failed=self._counters.failed,
-                worker=self._worker.ready,
-                last_stats=figures.stats,
-                last_heartbeat_age_s=figures.heartbeat_age_s(),
-                load_error=self._worker.load_error,
-                leak_warning=figures.leak_warning,
-                profile_cache=figures.profile_cache,
-                model_loaded=figures.model_loaded,
-                worker_uptime_s=self._worker.uptime_s(),
-            )
+        with self._pool.lock:
+            workers = [slot.status() for slot in self._slots]
+            return engine_status(workers, len(self._pool.jobs), self._pool.counters)
 
-    def queue_view(self) -> QueueView:  # read-only, for progress lines (see Engine.queue_view)
-        with self._lock:
-            return QueueView.of(self._in_flight, self._in_flight_since, self._jobs, self._worker.ready is None)
+    def queue_view(self) -> QueueView:
+        """Read-only, for progress lines: the longest-running accepted job, the queue, whether any worker is up."""
+        with self._pool.lock:
+            flights = [f for slot in self._slots for f in slot.in_flight.values() if f.accepted_at]
+            first = min(flights, key=lambda f: f.accepted_at, default=None)
+            no_worker = not any(slot.healthy for slot in self._slots)
+            job, since = (first.job, first.accepted_at) if first else (None, 0.0)
+            return QueueView.of(job, since, self._pool.jobs, no_worker)
 
     def add_stats_listener(self, listener: Callable[[AllocatorStats], None]) -> None:
-        """Called from the supervisor thread with every allocator sample (heartbeats and job ends)."""
+        """Called from a slot thread with every allocator sample of the first ready worker (the panel's timeline)."""
         self._listeners.append(listener)
 
+    def _forward_stats(self, slot: WorkerSlot, stats: AllocatorStats) -> None:
+        primary = next((s for s in self._slots if s.healthy), self._slots[0])
+        if slot is primary:
+            for listener in self._listeners:
+                listener(stats)
+
     def close(self, timeout: float = 10.0) -> None:
-        with self._lock:
-            self._stopping = True
-            self._lock.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        self._fail_all(EngineStoppedError())
+        self._pool.stop()
+        for slot in self._slots:
+            if slot.thread.is_alive():
+                slot.thread.join(timeout)
+        for slot in self._slots:
+            slot.abandon(EngineStoppedError())
 
     def __enter__(self) -> EngineClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # ---- supervisor thread ----
-
-    def _stopping_now(self) -> bool:
-        with self._lock:
-            return self._stopping
-
-    def _supervise(self) -> None:
-        try:
-            while not self._stopping_now():
-                try:
-                    self._step()
-                except Exception:  # the supervisor must outlive any single bug; the worker is replaced
-                    log.exception("supervisor step failed; replacing the worker")
-                    if self._worker.handle is not None:
-                        self._worker.handle.kill()
-        finally:
-            self._worker.stop(graceful=True)
-
-    def _step(self) -> None:
-        if not self._worker.alive():
-            self._handle_dead_worker()
-            return
-        self._maybe_restart()
-        self._dispatch_next()
-        for message in self._worker.receive(0 if self._in_flight is None else POLL_S):
-            self._handle_message(message)
-        self._check_timeout()
-
-    def _started(self) -> None:
-        """After a start attempt: wake waiters; a failed start fails everything queued."""
-        with self._lock:
-            self._figures.heartbeat_at = time.monotonic() if self._worker.ready else 0.0
-            self._start_attempts += 1
-            self._lock.notify_all()
-        if self._worker.ready is None and self._worker.load_error:
-            self._fail_all(BackendLoadError(self._worker.load_error))
-
-    def _handle_dead_worker(self) -> None:
-        with self._lock:
-            in_flight, self._in_flight = self._in_flight, None
-        self._worker.forget_dead()
-        if isinstance(in_flight, Job) and not self._accepted:
-            with self._lock:  # the worker died before it had the job (e.g. killed while idle): run it on the next one
-                self._jobs.appendleft(in_flight)
-        elif in_flight is not None:
-            self._finish(in_flight, error=WorkerCrashedError())
-        with self._lock:
-            # After a failed start, wait for work (or a restart request) instead of spinning.
-            while self._worker.load_error and not self._stopping and not self._wanted():
-                self._lock.wait(1.0)
-            if self._stopping:
-                return
-            restart, self._restart, self._retry_load = self._restart, None, False
-        before, started = self._figures.stats, time.monotonic()
-        self._worker.start(self._stopping_now)
-        self._started()
-        if restart is not None:
-            self._resolve_restart(restart, 0, started, before, None)
-
-    def _wanted(self) -> bool:
-        """Something is waiting for a worker (caller holds the lock)."""
-        return bool(self._jobs) or self._restart is not None or self._retry_load
-
-    def _maybe_restart(self) -> None:
-        with self._lock:
-            restart = self._restart
-            if restart is None or (self._in_flight is not None and not restart.force):
-                return
-            self._restart = None
-            requeued = self._in_flight if isinstance(self._in_flight, Job) else None
-            if requeued is not None:
-                self._jobs.appendleft(requeued)
-            elif isinstance(self._in_flight, ControlCall):
-                self._controls.appendleft(self._in_flight)
-            graceful = self._in_flight is None
-            self._in_flight = None
-        old_pid, before, started = self._worker.pid, self._figures.stats, time.monotonic()
-        self._worker.replace(graceful, self._stopping_now)
-        self._started()
-        self._resolve_restart(restart, old_pid, started, before, requeued.job_id if requeued else None)
-
-    def _resolve_restart(
-        self, restart: RestartCall, old_pid: int, started: float, before: AllocatorStats | None, requeued: str | None
-    ) -> None:
-        if self._worker.handle is None:
-            restart.future.set_exception(BackendLoadError(self._worker.load_error))
-            return
-        after = self._query_stats()
-        restart.future.set_result(
-            RestartReport(
-                old_pid=old_pid,
-                new_pid=self._worker.pid,
-                time_to_ready_s=time.monotonic() - started,
-                forced=restart.force,
-                requeued_job=requeued,
-                before=before,
-                after=after,
-                reason=restart.reason,
-            )
-        )
-
-    def _query_stats(self) -> AllocatorStats | None:
-        """A synchronous stats round-trip right after READY (nothing else is in flight then)."""
-        request = ControlRequest(ControlKind.STATS)
-        self._worker.send(request)
-        deadline = time.monotonic() + CONTROL_TIMEOUT_S
-        while time.monotonic() < deadline and self._worker.alive():
-            for message in self._worker.receive(POLL_S):
-                if isinstance(message, ControlReply) and message.request_id == request.request_id:
-                    assert isinstance(message.payload, AllocatorStats)
-                    self._record_stats(message.payload)
-                    return message.payload
-                self._handle_message(message)
-        return None
-
-    def _dispatch_next(self) -> None:
-        with self._lock:
-            if self._in_flight is not None or self._worker.handle is None:
-                return
-            if not self._controls and not self._jobs:
-                self._lock.wait(POLL_S)
-            item: Job | ControlCall | None = None
-            if self._controls:
-                item = self._controls.popleft()
-            elif self._jobs:
-                item = self._jobs.popleft()
-            if item is None:
-                return
-            future = item if isinstance(item, Job) else item.future
-            if not future.running() and not future.set_running_or_notify_cancel():
-                return  # cancelled by its caller while queued
-            self._in_flight, self._in_flight_since, self._accepted = item, time.monotonic(), False
-        self._worker.send(item.request)
-
-    def _handle_message(self, message: Any) -> None:
-        in_flight = self._in_flight
-        if isinstance(message, JobAccepted):
-            if isinstance(in_flight, Job) and in_flight.job_id == message.job_id:
-                with self._lock:
-                    self._accepted = True
-        elif isinstance(message, ChunkReady):
-            if isinstance(in_flight, Job) and in_flight.job_id == message.job_id:
-                in_flight.push(message)
-        elif isinstance(message, Heartbeat):
-            self._figures.record_heartbeat(message)
-            self._record_stats(message.stats)
-        elif isinstance(message, ControlReply) and message.request_id == AUTO_CLEAN_ID:
-            log.info("the worker cleaned its cache between jobs")
-        else:
-            self._handle_reply(message)
-
-    def _handle_reply(self, message: SynthesisResult | ControlReply | ErrorReply) -> None:
-        in_flight = self._in_flight
-        request_id = message.job_id if isinstance(message, SynthesisResult) else message.request_id
-        if in_flight is None or _request_id(in_flight) != request_id:
-            log.warning("dropping a reply for %s, which is not in flight", request_id)
-            return
-        with self._lock:
-            self._in_flight = None
-        if isinstance(message, ErrorReply):
-            self._finish(in_flight, error=error_from_name(message.error_type, message.message))
-        elif isinstance(message, SynthesisResult):
-            assert isinstance(in_flight, Job)
-            wait = self._in_flight_since - in_flight.request.submitted_at
-            self._finish(in_flight, value=replace(message, queue_wait_s=wait))
-        else:
-            self._finish(in_flight, value=message.payload)
-
-    def _record_stats(self, stats: AllocatorStats) -> None:
-        self._figures.stats = stats
-        for listener in self._listeners:
-            listener(stats)
-
-    def _check_timeout(self) -> None:
-        in_flight = self._in_flight
-        if not isinstance(in_flight, Job) or not self._worker.overdue(self._in_flight_since):
-            return
-        log.error("job %s timed out; replacing the worker", in_flight.job_id)
-        with self._lock:
-            self._in_flight = None
-        if self._worker.handle is not None:
-            self._worker.handle.kill()
-        self._finish(
-            in_flight,
-            error=JobTimeoutError(
-                f"Generation took longer than {self.settings.job_timeout_s:.0f} s and was stopped; "
-                "the engine was restarted. Try shorter text."
-            ),
-        )
-
-    def _finish(self, item: Job | ControlCall, value: Any = None, error: VoiceLabError | None = None) -> None:
-        future: Future[Any] = item if isinstance(item, Job) else item.future
-        if isinstance(item, Job):
-            if error is None:
-                self._counters.completed += 1
-            else:
-                self._counters.failed += 1
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
-
-    def _control(self, request: ControlRequest) -> Any:
-        future: Future[Any] = Future()
-        with self._lock:
-            if self._stopping:
-                raise EngineStoppedError()
-            if self._worker.load_error and self._worker.handle is None:
-                raise BackendLoadError(self._worker.load_error)
-            self._controls.append(ControlCall(request, future))
-            self._lock.notify_all()
-        return future.result(CONTROL_TIMEOUT_S + self.settings.job_timeout_s)
-
-    def _fail_all(self, error: VoiceLabError) -> None:
-        with self._lock:
-            pending: list[Future[Any]] = [*self._jobs, *(c.future for c in self._controls)]
-            self._jobs.clear()
-            self._controls.clear()
-        for future in pending:
-            if not future.done():
-                future.set_exception(type(error)(str(error)))
-
-
-def _request_id(item: Job | ControlCall) -> str:
-    return item.job_id if isinstance(item, Job) else item.request.request_id

@@ -52,6 +52,9 @@ def resolve_device(requested: str) -> str:
         raise BackendLoadError("CUDA was requested but no NVIDIA GPU is available to PyTorch; use --device cpu.")
     if requested != "cpu" and not requested.startswith("cuda"):
         raise BackendLoadError(f"Unknown device '{requested}'; use auto, cpu or cuda.")
+    index = requested.partition(":")[2]
+    if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+        raise BackendLoadError(f"There is no device {requested}; this machine has {torch.cuda.device_count()} GPU(s).")
     return requested
 
 
@@ -70,6 +73,8 @@ class EngineCore:
             raise BackendLoadError(f"Unknown dtype '{settings.dtype}'; use one of {', '.join(DTYPES)}.")
         self.settings = settings
         self.device = resolve_device(settings.device)
+        if self.device.startswith("cuda:"):  # one worker per device: calls that name no device go to this one
+            torch.cuda.set_device(self.device)
         self.dtype = settings.dtype if self.device != "cpu" or settings.dtype == "float32" else "float32"
         if settings.torch_threads > 0:
             torch.set_num_threads(settings.torch_threads)

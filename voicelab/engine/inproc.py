@@ -71,16 +71,16 @@ class InprocClient:
     def synthesize(self, request: SynthesisRequest, timeout: float | None = None) -> SynthesisResult:
         return self.submit(request).result(timeout)
 
-    def clean_cache(self, clear_profiles: bool = False) -> CleanReport:
+    def clean_cache(self, clear_profiles: bool = False, *, worker: int | None = None) -> CleanReport:
         return self._call(lambda: self.core.clean_cache(clear_profiles))
 
-    def memory_snapshot(self) -> SegmentSnapshot:
+    def memory_snapshot(self, *, worker: int | None = None) -> SegmentSnapshot:
         return self._call(self.core.snapshot)
 
     def allocator_stats(self) -> AllocatorStats:
         return self._call(self.core.stats)
 
-    def soft_restart(self, force: bool = False) -> RestartReport:
+    def soft_restart(self, force: bool = False, *, worker: int | None = None) -> RestartReport:
         """Reload the core between jobs (``force`` has nothing to interrupt in-process)."""
         return self._call(lambda: self._reload(force))
 

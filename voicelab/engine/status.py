@@ -1,13 +1,17 @@
-"""What the engine reports about itself: status for the panel, restart reports, and the worker's latest figures."""
+"""What the engine reports about itself: status for the panel, restart reports, and the worker's latest figures.
+
+With several devices each worker has its own ``WorkerStatus``; ``EngineStatus`` keeps the one-worker fields
+(read by ``/health``, metrics and the panel's engine line) as the sum, or as the first ready worker's figures.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from voicelab.engine.messages import AllocatorStats, Heartbeat, SynthesisRequest, WorkerReady
+from voicelab.engine.messages import AllocatorStats, CleanReport, Heartbeat, SynthesisRequest, WorkerReady
 from voicelab.voice.cache import ProfileCacheStats
 
 
@@ -23,6 +27,40 @@ class RestartReport:
     before: AllocatorStats | None
     after: AllocatorStats | None
     reason: str
+    device: str = ""
+    workers: tuple[RestartReport, ...] = ()  # one per device when several were restarted (one after another)
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """One device's worker: its state ("starting", "ready", "restarting" or "failed"), jobs and latest figures."""
+
+    index: int
+    device: str
+    state: str
+    pid: int
+    in_flight_jobs: tuple[str, ...]
+    completed: int
+    failed: int
+    restarts: int
+    start_deaths: int
+    worker: WorkerReady | None
+    last_stats: AllocatorStats | None
+    last_heartbeat_age_s: float | None
+    load_error: str | None
+    leak_warning: str | None
+    profile_cache: ProfileCacheStats | None
+    model_loaded: bool
+    uptime_s: float | None
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    @property
+    def label(self) -> str:
+        """ "cuda:1", or "cpu #1" where one device name runs several workers."""
+        return self.device if self.device.startswith("cuda:") else f"{self.device} #{self.index}"
 
 
 @dataclass(frozen=True)
@@ -44,6 +82,7 @@ class EngineStatus:
     profile_cache: ProfileCacheStats | None = None
     model_loaded: bool = True
     worker_uptime_s: float | None = None
+    workers: tuple[WorkerStatus, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +120,90 @@ class JobCounters:
 
     completed: int = 0
     failed: int = 0
+
+
+def engine_status(workers: Sequence[WorkerStatus], queue_length: int, counters: JobCounters) -> EngineStatus:
+    """The whole engine: ready when any worker is; jobs counted once; the first ready worker's figures."""
+    primary = next((w for w in workers if w.ready), workers[0])
+    ready = any(w.ready for w in workers)
+    in_flight = next((job for w in workers for job in w.in_flight_jobs), None)
+    several = len(workers) > 1
+    leaks = [f"{w.label}: {w.leak_warning}" if several else w.leak_warning for w in workers if w.leak_warning]
+    errors = [f"{w.label}: {w.load_error}" if several else w.load_error for w in workers if w.load_error]
+    return EngineStatus(
+        ready=ready,
+        queue_length=queue_length,
+        in_flight_job=in_flight,
+        worker_pid=primary.pid,
+        restarts=sum(w.restarts for w in workers),
+        completed=counters.completed,
+        failed=counters.failed,
+        worker=primary.worker,
+        last_stats=primary.last_stats,
+        last_heartbeat_age_s=primary.last_heartbeat_age_s,
+        load_error=None if ready or not errors else " ".join(errors),
+        leak_warning=" ".join(leaks) or None,
+        profile_cache=_sum_caches([w.profile_cache for w in workers]),
+        model_loaded=primary.model_loaded,
+        worker_uptime_s=primary.uptime_s,
+        workers=tuple(workers),
+    )
+
+
+def _sum_caches(caches: Sequence[ProfileCacheStats | None]) -> ProfileCacheStats | None:
+    known = [c for c in caches if c is not None]
+    if not known:
+        return None
+    return ProfileCacheStats(
+        size=sum(c.size for c in known),
+        capacity=sum(c.capacity for c in known),
+        hits=sum(c.hits for c in known),
+        misses=sum(c.misses for c in known),
+        evictions=sum(c.evictions for c in known),
+        device_bytes=sum(c.device_bytes for c in known),
+    )
+
+
+def sum_stats(stats: Sequence[AllocatorStats | None]) -> AllocatorStats | None:
+    """Several workers' allocator figures as one (bytes summed, device names joined); None if any is unknown."""
+    if not stats or any(s is None for s in stats):
+        return None
+    known = [s for s in stats if s is not None]
+    return AllocatorStats(
+        device="+".join(s.device for s in known),
+        allocated=sum(s.allocated for s in known),
+        reserved=sum(s.reserved for s in known),
+        non_releasable=sum(s.non_releasable for s in known),
+        peak_allocated=sum(s.peak_allocated for s in known),
+        alloc_retries=sum(s.alloc_retries for s in known),
+        ooms=sum(s.ooms for s in known),
+        worker_rss=sum(s.worker_rss for s in known),
+    )
+
+
+def combine_cleans(reports: Sequence[CleanReport]) -> CleanReport:
+    """Every worker's clean as one before → after (they ran at the same time, so the longest is the duration)."""
+    before, after = sum_stats([r.before for r in reports]), sum_stats([r.after for r in reports])
+    assert before is not None and after is not None
+    cleared = tuple(dict.fromkeys(item for r in reports for item in r.cleared))
+    return CleanReport(before, after, cleared, max(r.duration_s for r in reports))
+
+
+def combine_restarts(reports: Sequence[RestartReport]) -> RestartReport:
+    """Workers restarted one after another, as one report (the first's pids; each one's in ``workers``)."""
+    first = reports[0]
+    return RestartReport(
+        old_pid=first.old_pid,
+        new_pid=first.new_pid,
+        time_to_ready_s=sum(r.time_to_ready_s for r in reports),
+        forced=first.forced,
+        requeued_job=next((r.requeued_job for r in reports if r.requeued_job), None),
+        before=sum_stats([r.before for r in reports]),
+        after=sum_stats([r.after for r in reports]),
+        reason=first.reason,
+        device="all",
+        workers=tuple(reports),
+    )
 
 
 class WorkerFigures:

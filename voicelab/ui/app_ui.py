@@ -22,6 +22,7 @@ from voicelab.ui.adapt import PIPER_OPTIONS, PageAdapter
 from voicelab.ui.cache import UploadCache
 from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
+from voicelab.ui.devices import device_tabs, wire_device_tabs
 from voicelab.ui.edges import GuardedBlocks
 from voicelab.ui.handlers import CONTROL_NAMES, Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, ReuseTargets, history_layout, wire_history
@@ -107,8 +108,10 @@ def build_ui(
                     history_view = history_layout()
             with gr.Column(scale=2, min_width=320):
                 panel = panel_layout()
+                devices = device_tabs(client)
         views = Views(speak, clone, design, history_tab, history_view, panel, tabs)
         _wire(demo, views, handlers, settings)
+        wire_device_tabs(demo, devices, panel, client)
         tab_items = (speak_tab, clone_tab, design_tab, history_tab)
         wire_page(demo, replace(page, tabs=tab_items), views, PageAdapter(service, can_stream()))
         wire_voices(demo, picker, clone, design, library)

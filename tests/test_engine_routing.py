@@ -1,0 +1,70 @@
+"""Routing decisions on their own (no processes): who gets a job, and the server's mirror of each profile cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from voicelab.engine.jobs import Job
+from voicelab.engine.messages import SynthesisRequest
+from voicelab.engine.pool import JobPool
+from voicelab.engine.routing import ProfileMirror, WorkerLoad, choose_worker
+from voicelab.settings import Settings
+from voicelab.voice.prompt import PromptAudio
+
+
+def _load(index: int, **changes: object) -> WorkerLoad:
+    base = WorkerLoad(index, healthy=True, busy=0, capacity=1, holds_profile=False, last_dispatch=0.0)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_a_restarting_or_busy_worker_gets_nothing() -> None:
+    assert choose_worker([_load(0, healthy=False), _load(1, busy=1)]) is None
+    assert choose_worker([_load(0, healthy=False), _load(1)]) == 1
+
+
+def test_the_worker_holding_the_profile_wins_over_the_one_idle_longer() -> None:
+    loads = [_load(0, last_dispatch=1.0), _load(1, last_dispatch=5.0, holds_profile=True)]
+    assert choose_worker(loads) == 1
+    assert choose_worker([replace(loads[0], holds_profile=True), loads[1]]) == 0  # both hold it: idle longer
+
+
+def test_a_busy_profile_holder_is_not_waited_for() -> None:
+    assert choose_worker([_load(0, busy=1, holds_profile=True), _load(1, last_dispatch=9.0)]) == 1
+
+
+def test_the_least_loaded_wins_when_workers_take_several_jobs() -> None:
+    loads = [_load(0, busy=3, capacity=4), _load(1, busy=1, capacity=4, last_dispatch=9.0)]
+    assert choose_worker(loads) == 1
+
+
+def test_the_mirror_evicts_like_the_workers_lru() -> None:
+    mirror = ProfileMirror(capacity=2)
+    for sha in ("a", "b", "a", "c"):
+        mirror.touch(sha)
+    assert [mirror.holds(sha) for sha in ("a", "b", "c", None)] == [True, False, True, False]
+    mirror.clear()
+    assert not mirror.holds("a")
+
+
+def _prompt(sha: str) -> PromptAudio:
+    return PromptAudio(np.zeros(16000, np.float32), 16000, sha256=sha)
+
+
+def test_a_free_worker_leaves_a_job_for_the_free_worker_holding_its_profile() -> None:
+    pool = JobPool(Settings(queue_size=8))
+    held = {1: "voice-a"}
+
+    def loads(request: SynthesisRequest) -> Sequence[WorkerLoad]:
+        sha = request.prompt.sha256 if request.prompt else None
+        return [_load(i, holds_profile=held.get(i) == sha) for i in (0, 1)]
+
+    pool.loads = loads
+    cloned, plain = Job(SynthesisRequest("a", prompt=_prompt("voice-a"))), Job(SynthesisRequest("b"))
+    pool.submit(cloned)
+    pool.submit(plain)
+    with pool.lock:
+        assert pool.take_for(0) == [plain]
+        assert pool.take_for(1) == [cloned]
