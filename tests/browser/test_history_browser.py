@@ -25,9 +25,12 @@ FITS_JS = """
 
 
 def show_history(page: Any, query: str) -> None:
+    """The History tab, filtered by ``query`` (the tab's own refresh on select is waited for first)."""
     page.get_by_role("tab", name="History").click()
+    page.wait_for_selector("#history-count", state="visible")
     page.fill("#history-filter textarea, #history-filter input", query)
-    page.press("#history-filter textarea, #history-filter input", "Enter")
+    page.click("#history-refresh")
+    wait_for_text(page, "#history-count", "matching the filter", timeout=30000)
 
 
 def test_filter_confirm_reuse_and_use_as_prompt(page: Any, tone_app: RunningApp) -> None:
@@ -38,7 +41,7 @@ def test_filter_confirm_reuse_and_use_as_prompt(page: Any, tone_app: RunningApp)
     page.click("#speak-text textarea")
     generate(page, bananas)
     show_history(page, f"bananas {tag}")
-    wait_for_text(page, "#history-table", "Beta bananas")
+    wait_for_text(page, "#history-table", "Beta bananas", timeout=30000)
     wait_for_text(page, "#history-count", "1")
     assert "Alpha apples" not in page.inner_text("#history-table")
     fit = page.evaluate(FITS_JS)
@@ -55,19 +58,21 @@ def test_filter_confirm_reuse_and_use_as_prompt(page: Any, tone_app: RunningApp)
     page.wait_for_function(
         "(t) => document.querySelector('#speak-text textarea').value === t", arg=bananas, timeout=10000
     )
-    assert page.locator("#speak-text textarea").is_visible()
+    page.wait_for_selector("#speak-text textarea", state="visible", timeout=5000)
 
     show_history(page, f"apples {tag}")
-    wait_for_text(page, "#history-table", "Alpha apples")
+    wait_for_text(page, "#history-table", "Alpha apples", timeout=30000)
     page.click("#history-use-prompt")  # the Clone tab, with the entry's audio as the prompt
+    page.wait_for_selector("#clone-transcript textarea", state="visible", timeout=10000)
     page.wait_for_selector("#clone-prompt audio, #clone-prompt a.download-link", state="attached", timeout=10000)
     page.wait_for_function(
         "(t) => document.querySelector('#clone-transcript textarea').value === t", arg=apples, timeout=10000
     )
 
     show_history(page, f"bananas {tag}")
-    wait_for_text(page, "#history-table", "Beta bananas")
+    wait_for_text(page, "#history-table", "Beta bananas", timeout=30000)
     page.click("#history-delete")
     page.click("#history-confirm")
     wait_for_text(page, "#history-table", "Beta bananas", present=False)
+    wait_for_text(page, "#history-count", "0 saved generations matching the filter")
     page.wait_for_selector("#history-confirm-row", state="hidden")

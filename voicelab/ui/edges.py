@@ -15,6 +15,7 @@ import functools
 import inspect
 import logging
 import os
+import urllib.parse
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
@@ -164,9 +165,12 @@ def relative_file(file: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(path, str) or not os.path.isabs(path):
         return file
     relative = os.path.relpath(path)
+    # Outside the working directory the name starts with "..": a browser would fold "/../" in a URL, so
+    # there the slashes travel encoded (the server decodes them back before it resolves the name).
+    in_url = urllib.parse.quote(relative, safe="") if relative.startswith("..") else relative
     url = file.get("url")
     if isinstance(url, str) and url.endswith(path):
-        file = {**file, "url": url[: len(url) - len(path)] + relative}
+        file = {**file, "url": url[: len(url) - len(path)] + in_url}
     return {**file, "path": relative}
 
 

@@ -25,7 +25,7 @@ from voicelab.ui.handlers import CONTROL_NAMES, write_cached
 
 LIST_LIMIT = 200
 HEADERS = ["time", "kind", "text", "duration", "backend", "id"]
-COLUMN_WIDTHS: list[str | int] = ["17%", "9%", "38%", "10%", "9%", "17%"]
+COLUMN_WIDTHS: list[str | int] = ["16%", "9%", "33%", "12%", "12%", "18%"]
 ENUMS = {"emotion": Emotion, "age": Age, "gender": Gender}
 SPEAKING_KINDS = ("speak", "api", "cli")
 
@@ -201,8 +201,10 @@ class HistoryBrowser:
         return gr.update(visible=False)
 
     @shows_errors
-    def delete(self, entry_id: str | None, request: gr.Request | None = None) -> tuple[Any, ...]:
-        """Delete an entry and every copy of it in Gradio's cache, then list again."""
+    def delete(
+        self, entry_id: str | None, query: str | None = None, request: gr.Request | None = None
+    ) -> tuple[Any, ...]:
+        """Delete an entry and every copy of it in Gradio's cache, then list again (through the filter)."""
         entry_id = as_text("The entry id", entry_id, 64)
         if not entry_id:
             raise StorageError("Pick an entry to delete first.")
@@ -211,7 +213,7 @@ class HistoryBrowser:
         self.history.delete(entry_id, self.viewer(request))
         if self.cache is not None:
             self.cache.remove_copies((entry_id, entry_id.rsplit("-", 1)[-1]), content)
-        return self.refresh(None, request)
+        return self.refresh(query, request)
 
     @shows_errors
     def use_as_prompt(self, entry_id: str | None, request: gr.Request | None = None) -> tuple[Any, Any, Any]:
@@ -267,7 +269,15 @@ def wire_history(
     raw: dict[str, Any] = {"preprocess": False}
     shown = [view.audio, view.files, view.details]
     refreshers = [view.refresh.click, tab.select, demo.load, view.query.submit]
-    gr.on(refreshers, browser.refresh, inputs=view.query, outputs=view.listing, api_name="history_list", **raw)
+    gr.on(  # always_last: a filter typed while the tab's own refresh runs is applied after it, not dropped
+        refreshers,
+        browser.refresh,
+        inputs=view.query,
+        outputs=view.listing,
+        api_name="history_list",
+        trigger_mode="always_last",
+        **raw,
+    )
     view.entry.input(browser.show, inputs=view.entry, outputs=shown, api_name="history_show", **raw)
     view.table.select(browser.select_row, outputs=view.entry, **quiet).then(
         browser.show, inputs=view.entry, outputs=shown, **quiet, **raw
@@ -275,7 +285,9 @@ def wire_history(
     view.delete.click(browser.ask_delete, inputs=view.entry, outputs=[view.confirm_row, view.confirm_text], **quiet)
     view.cancel.click(browser.cancel_delete, outputs=view.confirm_row, **quiet)
     view.confirm.click(browser.cancel_delete, outputs=view.confirm_row, **quiet)
-    view.confirm.click(browser.delete, inputs=view.entry, outputs=view.listing, api_name="history_delete", **raw)
+    view.confirm.click(
+        browser.delete, inputs=[view.entry, view.query], outputs=view.listing, api_name="history_delete", **raw
+    )
     view.use_prompt.click(
         browser.use_as_prompt, inputs=view.entry, outputs=[targets.prompt, targets.transcript, targets.tabs], **quiet
     )
