@@ -50,6 +50,7 @@ class HistoryEntry:
     settings: Mapping[str, Any]
     metrics: Mapping[str, Any]
     audio_path: Path
+    prompt_transcript: str = ""  # what the prompt said, as the user gave it
 
     @property
     def duration_s(self) -> float:
@@ -73,6 +74,7 @@ def _sidecar(
         "instruction": request.instruction,
         "style": result.style.to_dict(),
         "prompt_sha256": request.prompt.sha256 if request.prompt is not None else None,
+        "prompt_transcript": request.prompt.transcript if request.prompt is not None else "",
         "backend": result.backend,
         "settings": {
             "language": result.language or request.language,
@@ -166,6 +168,7 @@ class History:
             instruction=str(data.get("instruction", "")),
             style=dict(data.get("style", {})),
             prompt_sha256=data.get("prompt_sha256"),
+            prompt_transcript=str(data.get("prompt_transcript", "")),
             backend=str(data["backend"]),
             settings=dict(data.get("settings", {})),
             metrics=dict(data.get("metrics", {})),

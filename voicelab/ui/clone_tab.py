@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from voicelab.ui.speak_tab import language_choice, live_player, sampling_controls, subtitles_file
+from voicelab.voice.prompt import PROMPT_RULE
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,16 @@ class CloneView:
 def clone_layout() -> CloneView:
     with gr.Row():
         prompt = gr.Audio(
-            label="Voice prompt: 3 to 30 s of one person speaking",
+            label=f"Voice prompt: {PROMPT_RULE}",
             sources=["upload", "microphone"],
             type="filepath",
             elem_id="clone-prompt",
         )
-        transcript = gr.Textbox(label="Transcript of the prompt (optional)", lines=4, elem_id="clone-transcript")
+        transcript = gr.Textbox(
+            label="Transcript of the prompt (optional: matching calibrates on it; neural cloning needs it)",
+            lines=4,
+            elem_id="clone-transcript",
+        )
     with gr.Row():
         text = gr.Textbox(
             label="Text", lines=3, placeholder="Type what the cloned voice should say…", elem_id="clone-text", scale=4
