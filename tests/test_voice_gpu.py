@@ -57,8 +57,8 @@ def test_a_batch_equals_each_row_alone(speech: tuple[np.ndarray, int]) -> None:
 
 
 def test_scoring_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int]) -> None:
-    audio, sr = speech
-    pieces = [audio[::1], audio[: len(audio) // 2]]
+    audio, _ = speech  # 16 kHz, the encoder's rate
+    pieces = [audio, audio[: len(audio) // 2]]
     cpu = SpeakerEncoder("cpu").embed_batch(pieces)
     gpu = SpeakerEncoder("cuda").embed_batch(pieces)
     for a, b in zip(cpu, gpu, strict=True):
