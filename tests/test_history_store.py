@@ -26,7 +26,7 @@ def make_pair(text: str = "Hello there.", seconds: float = 0.5, job_id: str = "0
     t = np.arange(int(seconds * SR)) / SR
     audio = (0.5 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
     style = Style(speed=1.2, emotion=Emotion.HAPPY)
-    prompt_audio = PromptAudio(samples=audio, sample_rate=SR, sha256="f" * 64) if prompt else None
+    prompt_audio = PromptAudio(audio, SR, "f" * 64, transcript="What the clip says.") if prompt else None
     request = SynthesisRequest(
         text=text,
         speed=1.25,
@@ -64,7 +64,7 @@ def test_saved_generation_is_listed_playable_and_described(tmp_path: Path) -> No
     got = listed[0]
     assert got.text == "Hello there." and got.instruction == "cheerful" and got.kind == "clone"
     assert got.style == {"speed": 1.2, "emotion": "happy"}
-    assert got.prompt_sha256 == "f" * 64
+    assert got.prompt_sha256 == "f" * 64 and got.prompt_transcript == "What the clip says."
     assert got.backend == "tone"
     assert got.settings["seed"] == 1234 and got.settings["speed"] == 1.25
     assert got.settings["options"] == {"noise_scale": 0.5, "noise_w": 0.7}

@@ -142,3 +142,13 @@ def test_empty_and_tiny_inputs_do_not_crash(apply: Apply) -> None:
     assert apply(np.zeros(0, np.float32), 22050, VoiceTransform(pitch_semitones=2.0)).size == 0
     tiny = apply(np.full(10, 0.1, np.float32), 22050, VoiceTransform(pitch_semitones=2.0, gain_db=3.0))
     assert tiny.shape == (10,) and np.isfinite(tiny).all()
+
+
+def test_a_batch_of_different_transforms_equals_each_row_alone(speech: tuple[np.ndarray, int]) -> None:
+    audio, sr = speech
+    pieces = [audio, audio[: len(audio) // 2]]
+    transforms = [VoiceTransform(f0_target_hz=180.0, gain_db=-3.0), VoiceTransform(pitch_semitones=-2.0)]
+    batched = dsp.apply_transforms(pieces, sr, transforms, renderer="torch")
+    for piece, transform, row in zip(pieces, transforms, batched, strict=True):
+        alone = apply_transform(piece, sr, transform, renderer="torch")
+        assert len(row) == len(piece) and np.corrcoef(row, alone)[0, 1] > 0.999

@@ -118,12 +118,14 @@ def test_noise_without_voicing_is_refused() -> None:
 
 def test_less_than_a_second_of_speech_is_refused() -> None:
     audio, sr = _clip()
-    with pytest.raises(InvalidPromptError, match=r"has only 0\.\d s of speech; please use at least 1 s\.$"):
+    with pytest.raises(
+        InvalidPromptError, match=r"has only 0\.\d s of speech; a voice prompt is 1 to 30 s of one person speaking"
+    ):
         load_prompt(_encode(audio[int(0.45 * sr) : int(1.0 * sr)], sr))
 
 
 def test_one_sample_file_is_refused_cleanly() -> None:
-    with pytest.raises(InvalidPromptError, match="of speech; please use at least 1 s"):
+    with pytest.raises(InvalidPromptError, match="of speech; a voice prompt is 1 to 30 s"):
         load_prompt(_encode(np.array([0.5], np.float32), 16000))
 
 

@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, str] = {
 }
 EVALUATIONS: dict[str, str] = {
     "clone": "voicelab.eval.clone",
+    "styles": "voicelab.eval.styles",
 }
 
 

@@ -55,6 +55,7 @@ class HistoryEntry:
     metrics: Mapping[str, Any]
     audio_path: Path
     owner: str = ""  # the login that made it ("" without --auth)
+    prompt_transcript: str = ""  # what the prompt said, as the user gave it
 
     @property
     def duration_s(self) -> float:
@@ -79,6 +80,7 @@ def _sidecar(
         "instruction": request.instruction,
         "style": result.style.to_dict(),
         "prompt_sha256": request.prompt.sha256 if request.prompt is not None else None,
+        "prompt_transcript": request.prompt.transcript if request.prompt is not None else "",
         "backend": result.backend,
         "settings": {
             "language": result.language or request.language,
@@ -181,6 +183,7 @@ class History:
             instruction=str(data.get("instruction", "")),
             style=dict(data.get("style", {})),
             prompt_sha256=data.get("prompt_sha256"),
+            prompt_transcript=str(data.get("prompt_transcript", "")),
             backend=str(data["backend"]),
             settings=dict(data.get("settings", {})),
             metrics=dict(data.get("metrics", {})),

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from voicelab.api.context import ApiContext
 from voicelab.api.errors import ApiError
+from voicelab.voice.prompt import PROMPT_RULE
 from voicelab.voices import SavedVoice
 
 
@@ -71,7 +72,7 @@ def routes(ctx: ApiContext, auth: Depends) -> APIRouter:
     @router.post("/v1/audio/voices", response_model=VoiceObject, status_code=201)
     def create_voice(
         name: Annotated[str, Form(description="What to call the voice (unique, letters/digits/spaces).")],
-        audio_sample: Annotated[UploadFile, File(description="3-30 s of one person speaking (WAV/FLAC/OGG/MP3).")],
+        audio_sample: Annotated[UploadFile, File(description=f"{PROMPT_RULE} (WAV/FLAC/OGG/MP3).")],
         transcript: Annotated[str, Form(description="What the clip says (helps neural cloning).")] = "",
     ) -> Any:
         """Save a voice from a clip; it is checked like a Clone prompt (length, silence, format)."""

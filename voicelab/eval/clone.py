@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from voicelab.engine.voicing import calibration_text
 from voicelab.errors import InvalidPromptError
 from voicelab.eval.asr import Recognizer, word_error_rate
 from voicelab.voice.analysis import f0_median_hz
@@ -25,6 +26,7 @@ from voicelab.voice.encoder import SpeakerEncoder
 from voicelab.voice.intake import load_prompt
 from voicelab.voice.matcher import VoiceMatcher, median_f0
 from voicelab.voice.profile import build_profile
+from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +131,7 @@ def evaluate(
     encoder: SpeakerEncoder | None = None,
     recognizer: Recognizer | None = None,
     renderer: str = "torch",
+    on_transcript: bool = False,
 ) -> EvalReport:
     """Clone every ``*.wav`` in ``prompts_dir`` with ``synthesize`` (the backend's plain voice) and measure."""
     encoder = encoder or SpeakerEncoder("cpu")
@@ -140,7 +143,8 @@ def evaluate(
     skipped: list[tuple[str, str]] = []
     for path in sorted(Path(prompts_dir).glob("*.wav")):
         try:
-            rows.append(_evaluate_prompt(path, bases, calibration, matcher, recognizer))
+            own = _transcript_calibration(path, synthesize) if on_transcript else None
+            rows.append(_evaluate_prompt(path, bases, own or calibration, matcher, recognizer))
         except InvalidPromptError as err:
             skipped.append((path.stem, str(err)))
     return EvalReport(tuple(rows), tuple(skipped))
@@ -151,6 +155,15 @@ def _synthesize_base(text: str, synthesize: Synthesize, recognizer: Recognizer) 
     audio, sr = synthesize(text)
     synth_s = time.perf_counter() - started
     return _BaseOutput(text, audio, sr, synth_s, word_error_rate(text, recognizer.transcribe(audio, sr)))
+
+
+def _transcript_calibration(path: Path, synthesize: Synthesize) -> tuple[np.ndarray, int] | None:
+    """The voice saying the prompt's own transcript, as the engine calibrates when one is given (English)."""
+    transcript_path = path.with_suffix(".txt")
+    transcript = transcript_path.read_text(encoding="utf-8").strip() if transcript_path.is_file() else ""
+    dummy = PromptAudio(np.zeros(1, np.float32), 16000, "", transcript=transcript)
+    text = calibration_text("en", dummy)
+    return synthesize(text) if text == transcript else None
 
 
 def _evaluate_prompt(
@@ -276,6 +289,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=1, help="PyTorch CPU threads (1 is fastest on a busy CPU)")
     parser.add_argument(
+        "--calibrate-on-transcript",
+        action="store_true",
+        help="match on the voice saying each prompt's .txt transcript, as the engine does (default: a fixed sentence)",
+    )
+    parser.add_argument(
         "--runtime", choices=sorted(SYNTHESIZERS), default="torch", help="which runtime speaks the built-in voice"
     )
     args = parser.parse_args(argv)
@@ -289,7 +307,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     synthesize = SYNTHESIZERS[args.runtime](args.device)
     encoder, recognizer = SpeakerEncoder(args.device), Recognizer()
     for renderer in RENDERERS if args.renderer == "both" else (args.renderer,):
-        report = evaluate(args.prompts, texts, synthesize, encoder=encoder, recognizer=recognizer, renderer=renderer)
+        report = evaluate(
+            args.prompts,
+            texts,
+            synthesize,
+            encoder=encoder,
+            recognizer=recognizer,
+            renderer=renderer,
+            on_transcript=args.calibrate_on_transcript,
+        )
         print(f"renderer: {renderer} (device {args.device})")
         print(format_report(report))
     return 0

@@ -355,5 +355,4 @@ def clone_figures(result: SynthesisResult, prompt: PromptAudio) -> str:
             f"**Profile cache:** {cache.size} of {cache.capacity} voices · hit rate {cache.hit_rate:.0%} "
             f"({cache.hits} hits, {cache.misses} misses)"
         )
-    lines.extend(prompt.notices)
-    return "\n\n".join(lines)
+    return "\n\n".join(lines)  # intake's notices are in the status line, shown once

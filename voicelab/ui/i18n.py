@@ -49,8 +49,14 @@ _EN_ZH: dict[str, tuple[str, str]] = {
         "内置声音：英文（Piper en_US-joe-medium，MIT 许可）和中文（标贝 FastSpeech2，仅限非商业用途）。"
         "中英混合的文本按段落分别用对应的声音朗读。",
     ),
-    "prompt": ("Voice prompt: 3 to 30 s of one person speaking", "声音样本：一个人说话的 3 到 30 秒录音"),
-    "transcript": ("Transcript of the prompt (optional)", "样本的文字内容（可选）"),
+    "prompt": (
+        "Voice prompt: 1 to 30 s of one person speaking (past 30 s, only the first 30 s are used)",
+        "声音样本：一个人说话的 1 到 30 秒录音（超过 30 秒只用前 30 秒）",
+    ),
+    "transcript": (
+        "Transcript of the prompt (optional: matching calibrates on it; neural cloning needs it)",
+        "样本的文字内容（可选：音色匹配据此校准；神经克隆需要它）",
+    ),
     "clone_style": ("Style (optional): instruction, preset, controls", "风格（可选）：指令、预设、控制项"),
     "preset": ("Preset", "预设"),
     "preset_info": ("fills the instruction and a sample text", "填入指令和示例文本"),

@@ -18,7 +18,7 @@ from scipy.signal import butter, sosfilt
 
 from voicelab.errors import InvalidPromptError
 from voicelab.voice.analysis import FRAME_S, active_frames, active_rms_dbfs, frame_levels_db, pitch_track, resample
-from voicelab.voice.prompt import SILENCE_PEAK, PromptAudio, check_prompt_audio
+from voicelab.voice.prompt import PROMPT_RULE, SILENCE_PEAK, PromptAudio, check_prompt_audio
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def load_prompt(
     speech_s = float(active.sum()) * FRAME_S
     if speech_s < min_speech_s:
         raise InvalidPromptError(
-            f"The voice prompt has only {speech_s:.1f} s of speech; please use at least {min_speech_s:g} s."
+            f"The voice prompt has only {speech_s:.1f} s of speech; a voice prompt is {PROMPT_RULE}."
         )
     notices: list[str] = []
     last = int(np.flatnonzero(active)[-1])

@@ -74,4 +74,5 @@ def check_style(
         measured_pitch_st=round(_semitones(median_f0(output, sr, device), reference), 2),
         requested_loudness_db=round(requested.loudness_db, 2),
         measured_loudness_db=round(loudness, 2) if math.isfinite(loudness) else 0.0,
+        pitch_estimated=pitch_reference_hz is not None,
     )

@@ -9,6 +9,9 @@ import numpy as np
 from voicelab.errors import InvalidPromptError
 
 MIN_PROMPT_S = 1.0
+MAX_PROMPT_S = 30.0
+# The one prompt-length rule, worded the same in the Clone tab's label, the API's field, refusals and the README.
+PROMPT_RULE = "1 to 30 s of one person speaking (past 30 s, only the first 30 s are used)"
 SILENCE_PEAK = 1e-4  # -80 dBFS
 
 
@@ -40,6 +43,6 @@ def check_prompt_audio(prompt: PromptAudio) -> None:
     """
     samples = np.asarray(prompt.samples)
     if samples.ndim != 1 or prompt.sample_rate <= 0 or len(samples) < MIN_PROMPT_S * prompt.sample_rate:
-        raise InvalidPromptError("The voice prompt is too short; please use at least 1 s of speech.")
+        raise InvalidPromptError(f"The voice prompt is too short; a voice prompt is {PROMPT_RULE}.")
     if not np.isfinite(samples).all() or float(np.max(np.abs(samples))) < SILENCE_PEAK:
         raise InvalidPromptError("The voice prompt is silent or damaged; please record someone speaking.")

@@ -1,0 +1,62 @@
+"""The prompt transcript is used (issue 14.3): the matcher calibrates the voice on the prompt's own words."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from voicelab.engine.core import EngineCore
+from voicelab.engine.messages import SynthesisRequest
+from voicelab.engine.voicing import CALIBRATION_TEXTS, calibration_text
+from voicelab.settings import Settings
+from voicelab.voice.intake import load_prompt
+from voicelab.voice.prompt import PromptAudio
+
+DATA = Path(__file__).parent / "data"
+CLIP = DATA / "arctic_slt_en_female.wav"
+
+
+def _prompt(transcript: str) -> PromptAudio:
+    return PromptAudio(np.zeros(16000, np.float32), 16000, "a" * 64, transcript=transcript)
+
+
+def test_a_transcript_in_the_voices_language_is_the_calibration_sentence() -> None:
+    words = "Author of the danger trail, Philip Steels, etc."
+    assert calibration_text("en", _prompt(words)) == words
+    assert calibration_text("zh", _prompt(words)) == CALIBRATION_TEXTS["zh"]  # the English words, a Chinese voice
+    assert calibration_text("en", _prompt("")) == CALIBRATION_TEXTS["en"]
+    assert calibration_text("en", _prompt("Hi.")) == CALIBRATION_TEXTS["en"]  # too short to calibrate on
+    chinese = "今天我们一起去公园散步，然后坐在树下聊天，看看风景。"
+    assert calibration_text("zh", _prompt(chinese)) == chinese
+
+
+@pytest.fixture(scope="module")
+def core() -> Iterator[EngineCore]:
+    threads = torch.get_num_threads()
+    engine = EngineCore(Settings(device="cpu", torch_threads=1))
+    try:
+        yield engine
+    finally:
+        engine.close()
+        torch.set_num_threads(threads)
+
+
+def test_the_engine_calibrates_on_the_transcript(core: EngineCore, monkeypatch: pytest.MonkeyPatch) -> None:
+    said: list[str] = []
+    original = core._calibration
+
+    def spy(language: str, text: str) -> tuple[np.ndarray, int]:
+        said.append(text)
+        return original(language, text)
+
+    monkeypatch.setattr(core, "_calibration", spy)
+    transcript = (DATA / "arctic_slt_en_female.txt").read_text(encoding="utf-8").strip()
+    prompt = load_prompt(CLIP, transcript)
+    result = core.synthesize(SynthesisRequest(text="Good morning to you.", seed=1, prompt=prompt))
+    assert said == [transcript]
+    assert result.similarity is not None and result.similarity_base is not None
+    assert result.similarity >= result.similarity_base
