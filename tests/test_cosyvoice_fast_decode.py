@@ -209,14 +209,15 @@ def test_a_batch_of_different_requests_equals_each_run_alone(llm: Any) -> None:
     assert len({tuple(t[:6]) for t in alone}) == 3
 
 
-def test_batched_greedy_decode_equals_upstreams_loop(llm_dir: Path) -> None:
+@pytest.mark.parametrize("shrink_rows", [False, True])
+def test_batched_greedy_decode_equals_upstreams_loop(llm_dir: Path, shrink_rows: bool) -> None:
     from voicelab.backends.cosyvoice.batch_decode import BatchConfig, install_batched_decode
     from voicelab.backends.cosyvoice.fast_decode import fix_step_mask
 
     llm = tiny_llm(llm_dir, top_k=1, tau_r=2.0)
     fix_step_mask(llm.llm)
     upstream = _tokens(lambda: llm.inference(**_inputs()), 0)
-    batcher = install_batched_decode(llm, BatchConfig(slots=3, capacity=128))
+    batcher = install_batched_decode(llm, BatchConfig(slots=3, capacity=128, shrink_rows=shrink_rows))
     try:
         assert _tokens(lambda: llm.inference(**_inputs()), 0) == upstream
     finally:

@@ -91,7 +91,8 @@ def test_fast_path_equals_upstream_in_float32(llm: Any) -> None:
     fast, _ = _with_fast(llm, graphs=True)
     same = [f == u for f, u in zip(fast, upstream, strict=True)]
     prefixes = [_agreed(f, u) for f, u in zip(fast, upstream, strict=True)]
-    assert sum(same) >= len(SEEDS) - 1 and min(prefixes) >= 16, prefixes
+    assert sum(same) >= len(SEEDS) - 1, prefixes
+    assert all(equal or agreed >= 16 for equal, agreed in zip(same, prefixes, strict=True)), prefixes
     assert len({tuple(t) for t in fast}) == len(SEEDS)
 
 
@@ -164,12 +165,13 @@ def test_a_batch_of_different_requests_equals_each_run_alone(llm: Any) -> None:
     assert [len(t) for t in alone] == [16 + 8 * i for i in range(6)]
 
 
-def test_batched_greedy_equals_upstream(llm: Any) -> None:
+@pytest.mark.parametrize("shrink_rows", [False, True])
+def test_batched_greedy_equals_upstream(llm: Any, shrink_rows: bool) -> None:
     from voicelab.backends.cosyvoice.batch_decode import BatchConfig, install_batched_decode
 
     _greedy(llm)
     upstream = [_tokens(llm, index, 0) for index in range(3)]
-    batcher = install_batched_decode(llm, BatchConfig(slots=3, capacity=1024))
+    batcher = install_batched_decode(llm, BatchConfig(slots=3, capacity=1024, shrink_rows=shrink_rows))
     try:
         results: list[list[int]] = [[] for _ in range(3)]
         threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, _tokens(llm, i, 0))) for i in range(3)]

@@ -6,10 +6,11 @@
 Both sides get the same requests: the prompt embedding upstream's ``Qwen2LM.inference`` builds from random text
 tokens (20), a prompt transcript (10) and a prompt's speech tokens (150, a 6 s prompt), and exactly ``--tokens``
 speech tokens each (min = max length, stop ids masked, as VoiceLab does for random weights). Upstream runs as its
-``llm_job`` thread runs it (``inference`` with its own loop and ``ras_sampling``), one request at a time and 2 at
-once (its webui's queue); VoiceLab runs ``FastDecoder`` (static cache, CUDA-graph steps, sampling on the device)
-one at a time, then ``DecodeBatcher`` with 1..N concurrent clients. Reported per side: tokens/s over all requests,
-per-request latency p50, time to the first token p50, peak allocated; and the fast path's cache + graph-pool bytes.
+``llm_job`` thread runs it (``inference`` with its own loop and ``ras_sampling``, as loaded: no mask repair), one
+request at a time and 2 at once (its webui's queue); VoiceLab runs ``FastDecoder`` (static cache, CUDA-graph
+steps, sampling on the device) one at a time, then ``DecodeBatcher`` with 1..N concurrent clients, then a lone
+request in that batcher with ``shrink_rows``. Reported per side: tokens/s over all requests, per-request latency
+p50, time to the first token p50, peak allocated; and what each decoder's cache and graph pool take.
 """
 
 from __future__ import annotations
@@ -190,6 +191,11 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, float]]:
     try:
         for count in clients:
             rows.append(measure("fast batched", llm, count, max(2 * count, args.requests), args.tokens))
+    finally:
+        batcher.close()
+    batcher = install_batched_decode(llm, BatchConfig(slots=max(clients), mask_stops=True, shrink_rows=True))
+    try:  # a lone request in the same large cache, stepping only the slots in use
+        rows.append(measure("batched, shrink", llm, 1, max(args.requests, 4), args.tokens))
     finally:
         batcher.close()
     return rows, memory

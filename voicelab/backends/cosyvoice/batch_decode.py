@@ -44,12 +44,14 @@ class _Request:
 
 @dataclass(frozen=True)
 class BatchConfig:
-    """slots: requests decoded together at most (the cache holds ``slots`` x ``capacity`` positions)."""
+    """slots: requests decoded together at most (the cache holds ``slots`` x ``capacity`` positions).
+    shrink_rows: see ``StepRunner`` (off: a batch equals each run alone, bit for bit)."""
 
     slots: int = 8
     capacity: int = 2048
     graphs: bool = True
     mask_stops: bool = False
+    shrink_rows: bool = False
 
 
 class DecodeBatcher:
@@ -61,7 +63,7 @@ class DecodeBatcher:
         cache = StaticKvCache(shape, config.slots, config.capacity, param.dtype, param.device)
         self.config, self.device = config, param.device
         self.rules = TokenRules.of(llm, config.mask_stops)
-        self.runner = StepRunner(llm, cache, config.graphs)
+        self.runner = StepRunner(llm, cache, config.graphs, config.shrink_rows)
         self.pending: deque[_Request] = deque()
         self.active: dict[int, _Request] = {}
         self.wake = threading.Condition()
@@ -149,7 +151,7 @@ class DecodeBatcher:
             return
         self.runner.tokens.copy_(torch.tensor(tokens))
         self.runner.positions.copy_(torch.tensor(positions))
-        logp = self.runner.step(max(positions[slot] for slot in self.active) + 1)
+        logp = self.runner.step(max(positions[slot] for slot in self.active) + 1, max(self.active) + 1)
         for slot, request in self.active.items():
             request.logp = logp[slot]
 

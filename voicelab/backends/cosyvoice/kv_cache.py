@@ -35,10 +35,10 @@ class QwenShape:
         return cls(int(config.num_hidden_layers), heads, int(config.num_key_value_heads), head_dim, hidden)
 
 
-def length_buckets(capacity: int) -> tuple[int, ...]:
-    """Powers of two from ``MIN_BUCKET`` up, the last one exactly ``capacity``."""
+def length_buckets(capacity: int, smallest: int = MIN_BUCKET) -> tuple[int, ...]:
+    """Powers of two from ``smallest`` up, the last one exactly ``capacity``."""
     buckets: list[int] = []
-    size = MIN_BUCKET
+    size = smallest
     while size < capacity:
         buckets.append(size)
         size *= 2
@@ -64,10 +64,11 @@ class StaticKvCache:
 
     def bucket(self, length: int) -> int:
         """The smallest bucket holding ``length`` positions; ``ValueError`` past the capacity."""
-        for size in self.buckets:
-            if length <= size:
-                return size
-        raise ValueError(f"{length} positions do not fit a KV cache of {self.capacity}")
+        return fit(self.buckets, length, "positions")
+
+    def row_buckets(self, shrink: bool) -> tuple[int, ...]:
+        """How many slots a step may run: always all of them, or (``shrink``) the first 1, 2, 4, ... slots."""
+        return length_buckets(self.slots, smallest=1) if shrink else (self.slots,)
 
     def write_prefix(self, layer: int, slot: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Store a prompt's (kv_heads, length, head_dim) keys and values at positions 0..length-1 of ``slot``."""
@@ -76,15 +77,25 @@ class StaticKvCache:
         self.values[layer, slot, :, :length] = values
 
     def write_step(self, layer: int, positions: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Store one new (slots, kv_heads, 1, head_dim) key/value per slot at that slot's position (no sync)."""
+        """Store one new (rows, kv_heads, 1, head_dim) key/value for each of the first ``rows`` slots at that
+        slot's position (no sync)."""
+        rows = positions.shape[0]
         index = positions.view(-1, 1, 1, 1).expand(-1, self.shape.kv_heads, 1, self.shape.head_dim)
-        self.keys[layer].scatter_(2, index, keys)
-        self.values[layer].scatter_(2, index, values)
+        self.keys[layer, :rows].scatter_(2, index, keys)
+        self.values[layer, :rows].scatter_(2, index, values)
 
-    def view(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every slot's first ``length`` positions of one layer (views, no copy)."""
-        return self.keys[layer, :, :, :length], self.values[layer, :, :, :length]
+    def view(self, layer: int, length: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``rows`` slots' first ``length`` positions of one layer (views, no copy)."""
+        return self.keys[layer, :rows, :, :length], self.values[layer, :rows, :, :length]
 
     def prefix(self, layer: int, slot: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One slot's first ``length`` positions of one layer, shaped (1, kv_heads, length, head_dim)."""
         return self.keys[layer, slot : slot + 1, :, :length], self.values[layer, slot : slot + 1, :, :length]
+
+
+def fit(buckets: tuple[int, ...], size: int, what: str) -> int:
+    """The smallest of ``buckets`` that holds ``size``; ``ValueError`` past the largest."""
+    for bucket in buckets:
+        if size <= bucket:
+            return bucket
+    raise ValueError(f"{size} {what} do not fit a KV cache of {buckets[-1]}")

@@ -58,9 +58,10 @@ class StaticQwen:
         return self.norm(hidden[:, -1])
 
     def step(self, embeds: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:
-        """One token per slot: (slots, 1, hidden) inputs at (slots,) positions, attending over the first
-        ``length`` cached positions; (slots, hidden) outputs after the final norm. No host sync, no allocation
-        that depends on the data, so the call can be captured in a CUDA graph."""
+        """One token for each of the cache's first ``slots`` slots: (slots, 1, hidden) inputs at (slots,)
+        positions, attending over the first ``length`` cached positions; (slots, hidden) outputs after the
+        final norm. No host sync, no allocation that depends on the data, so the call can be captured in a
+        CUDA graph."""
         slots = embeds.shape[0]
         cos, sin = self.rotary(embeds, positions.view(slots, 1))
         visible = torch.arange(length, device=embeds.device).view(1, 1, 1, length) <= positions.view(slots, 1, 1, 1)
@@ -69,7 +70,7 @@ class StaticQwen:
             attn = layer.self_attn
             query, key, value = self._qkv(attn, layer.input_layernorm(hidden), cos, sin)
             self.cache.write_step(index, positions, key, value)
-            out = self._grouped_attention(query, *self.cache.view(index, length), visible)
+            out = self._grouped_attention(query, *self.cache.view(index, length, slots), visible)
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(slots, 1, -1))
             hidden = self._mlp(layer, hidden)
         return self.norm(hidden[:, -1])

@@ -2,9 +2,10 @@
 
 A step reads each slot's last token and position from two small device tensors, runs the static-cache Qwen
 body and upstream's ``llm_decoder``, and leaves log-probabilities in a fixed (slots, vocabulary) tensor. On CUDA
-one graph per length bucket is captured when the runner is built (one memory pool shared by all of them), so a
-token costs one graph launch instead of hundreds of kernel launches from Python; elsewhere the same code runs
-eagerly (the CPU fallback, and what the tests compare).
+one graph per (row bucket, length bucket) is captured when the runner is built (one memory pool shared by all of
+them): a step runs over the shortest length bucket that holds every slot in use (and, if asked, only the first
+1, 2, 4, ... slots) and costs one graph launch instead of hundreds of kernel launches from Python. Elsewhere the
+same code runs eagerly (the CPU fallback, and what the tests compare).
 """
 
 from __future__ import annotations
@@ -15,24 +16,29 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from voicelab.backends.cosyvoice.kv_cache import StaticKvCache
+from voicelab.backends.cosyvoice.kv_cache import StaticKvCache, fit
 from voicelab.backends.cosyvoice.static_qwen import StaticQwen
 
 log = logging.getLogger(__name__)
 
 
 class StepRunner:
-    """``llm`` is upstream's ``Qwen2LM``/``CosyVoice3LM``; ``graphs`` turns capture on (CUDA only)."""
+    """``llm`` is upstream's ``Qwen2LM``/``CosyVoice3LM``; ``graphs`` turns capture on (CUDA only).
 
-    def __init__(self, llm: Any, cache: StaticKvCache, graphs: bool) -> None:
+    shrink_rows: run only the first 1, 2, 4, ... slots that hold requests. Off, every step has the same shapes,
+    so each request's numbers are bitwise the same whoever shares the step (a batch equals each run alone);
+    on, a lone request in a large cache does less work, at the price of other kernels for other row counts."""
+
+    def __init__(self, llm: Any, cache: StaticKvCache, graphs: bool, shrink_rows: bool = False) -> None:
         self.llm, self.cache = llm, cache
+        self.row_buckets = cache.row_buckets(shrink_rows)
         self.qwen = StaticQwen(llm.llm.model.model, cache)
         device = cache.keys.device
         vocabulary = int(llm.llm_decoder.out_features)
         self.tokens = torch.zeros(cache.slots, dtype=torch.long, device=device)
         self.positions = torch.zeros(cache.slots, dtype=torch.long, device=device)
         self.logp = torch.zeros(cache.slots, vocabulary, dtype=cache.keys.dtype, device=device)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (rows, length bucket) -> graph
         if graphs and device.type == "cuda":
             try:
                 self._capture_all()
@@ -50,20 +56,21 @@ class StepRunner:
         hidden = self.qwen.prefill(embeds, slot)
         return self.llm.llm_decoder(hidden).log_softmax(dim=-1)[0]
 
-    def _eager(self, length: int) -> None:
-        embeds = F.embedding(self.tokens, self.llm.speech_embedding.weight).unsqueeze(1)
-        hidden = self.qwen.step(embeds, self.positions, length)
-        self.logp.copy_(self.llm.llm_decoder(hidden).log_softmax(dim=-1))
+    def _eager(self, rows: int, length: int) -> None:
+        embeds = F.embedding(self.tokens[:rows], self.llm.speech_embedding.weight).unsqueeze(1)
+        hidden = self.qwen.step(embeds, self.positions[:rows], length)
+        self.logp[:rows].copy_(self.llm.llm_decoder(hidden).log_softmax(dim=-1))
 
-    def step(self, longest: int) -> torch.Tensor:
-        """Advance every slot by one token (``tokens``/``positions`` set by the caller); ``longest`` is the
-        largest position + 1 among the slots in use. Returns ``logp`` (overwritten by the next step)."""
-        bucket = self.cache.bucket(longest)
-        graph = self.graphs.get(bucket)
+    def step(self, longest: int, slots: int = 1) -> torch.Tensor:
+        """Advance slots 0..slots-1 by one token (``tokens``/``positions`` set by the caller); ``longest`` is
+        the largest position + 1 among them. Returns ``logp`` (its first ``slots`` rows are this step's; all are
+        overwritten by the next step). Rows and length are rounded up to their buckets."""
+        rows, bucket = fit(self.row_buckets, slots, "slots"), self.cache.bucket(longest)
+        graph = self.graphs.get((rows, bucket))
         if graph is not None:
             graph.replay()
         else:
-            self._eager(bucket)
+            self._eager(rows, bucket)
         return self.logp
 
     @torch.inference_mode()
@@ -72,18 +79,20 @@ class StepRunner:
         request's prefill overwrites before reading."""
         self.tokens.zero_()
         self.positions.zero_()
+        shapes = [(rows, length) for rows in self.row_buckets for length in self.cache.buckets]
         side = torch.cuda.Stream(device=self.cache.keys.device)
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for bucket in self.cache.buckets:
-                self._eager(bucket)  # warm-up: kernels chosen, workspaces allocated outside the graphs
+            for rows, length in shapes:
+                self._eager(rows, length)  # warm-up: kernels chosen, workspaces allocated outside the graphs
         torch.cuda.current_stream().wait_stream(side)
         pool = None
-        for bucket in self.cache.buckets:
+        for shape in shapes:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self._eager(bucket)
+                self._eager(*shape)
             pool = graph.pool()
-            self.graphs[bucket] = graph
+            self.graphs[shape] = graph
         torch.cuda.synchronize()
-        log.info("captured %d decode-step graphs (buckets %s)", len(self.graphs), self.cache.buckets)
+        log.info("captured %d decode-step graphs (rows %s x lengths %s)", len(shapes), self.row_buckets,
+                 self.cache.buckets)  # fmt: skip
