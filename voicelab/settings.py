@@ -37,6 +37,9 @@ class Settings:
     idle_offload_minutes: float = 0.0  # 0 disables offloading an idle model
     leak_warn_mib: float = 64.0
     torch_threads: int = 0  # 0: PyTorch's default
+    batch_window_ms: float = 10.0  # the longest a job waits for others to share its device batch; 0: no batching
+    batch_max_jobs: int = 16  # jobs per device batch
+    batch_memory_mib: float = 4096.0  # the batch's summed memory estimate (text length x the backend's per-char)
 
     @property
     def outputs_path(self) -> Path:

@@ -1,8 +1,9 @@
 """EngineClient: the front ends' handle on an engine that runs in a worker process.
 
-It owns the bounded queue, dispatches one job at a time (single flight), routes each job's chunks and result
-back to its caller and runs controls between jobs. The worker's lifecycle is the ``WorkerSupervisor``'s: a
-crash or a timeout fails only the job in flight; queued jobs stay queued, also through a soft restart.
+It owns the bounded queue, dispatches one batch at a time (single flight: one job, or compatible jobs micro-batched
+by ``engine.microbatch``), routes each job's chunks and result back to its caller and runs controls between jobs.
+The worker's lifecycle is the ``WorkerSupervisor``'s: a crash or a timeout fails only the jobs in flight; queued
+jobs stay queued, also through a soft restart.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
-from voicelab.engine.jobs import ControlCall, Job, RestartCall, busy_error, with_seed
+from voicelab.engine.jobs import ControlCall, Job, JobBatch, RestartCall, busy_error, timeout_error, with_seed
 from voicelab.engine.messages import (
     AllocatorStats,
     ChunkReady,
@@ -32,13 +33,13 @@ from voicelab.engine.messages import (
     SynthesisResult,
     WorkerReady,
 )
+from voicelab.engine.microbatch import MicroBatcher, limits_from
 from voicelab.engine.proc import WorkerHandle, spawn_worker
 from voicelab.engine.status import EngineStatus, JobCounters, RestartReport, WorkerFigures
 from voicelab.engine.supervisor import POLL_S, STARTUP_TIMEOUT_S, WorkerSupervisor
 from voicelab.errors import (
     BackendLoadError,
     EngineStoppedError,
-    JobTimeoutError,
     VoiceLabError,
     WorkerCrashedError,
     error_from_name,
@@ -64,9 +65,9 @@ class EngineClient:
         self._controls: deque[ControlCall] = deque()
         self._restart: RestartCall | None = None
         self._stopping = False
-        self._in_flight: Job | ControlCall | None = None
+        self._in_flight: JobBatch | ControlCall | None = None
         self._in_flight_since = 0.0
-        self._accepted = False  # the worker acknowledged the job in flight
+        self._batcher = MicroBatcher(limits_from(settings))
         self._start_attempts = 0
         self._retry_load = False  # wait_ready asks for another load attempt after a failed one
         self._figures = WorkerFigures()
@@ -136,7 +137,7 @@ class EngineClient:
             return EngineStatus(
                 ready=self._worker.ready is not None,
                 queue_length=len(self._jobs),
-                in_flight_job=in_flight.job_id if isinstance(in_flight, Job) and self._accepted else None,
+                in_flight_job=in_flight.job_id if isinstance(in_flight, JobBatch) and in_flight.accepted else None,
                 worker_pid=self._worker.pid,
                 restarts=self._worker.restarts,
                 completed=self._counters.completed,
@@ -210,11 +211,11 @@ class EngineClient:
         with self._lock:
             in_flight, self._in_flight = self._in_flight, None
         self._worker.forget_dead()
-        if isinstance(in_flight, Job) and not self._accepted:
-            with self._lock:  # the worker died before it had the job (e.g. killed while idle): run it on the next one
-                self._jobs.appendleft(in_flight)
-        elif in_flight is not None:
-            self._finish(in_flight, error=WorkerCrashedError())
+        if isinstance(in_flight, JobBatch):
+            with self._lock:  # jobs the worker never had (e.g. killed while idle) run on the next one
+                self._jobs.extendleft(reversed(in_flight.unaccepted()))
+        for item in in_flight.accepted_jobs() if isinstance(in_flight, JobBatch) else [in_flight] if in_flight else []:
+            self._finish(item, error=WorkerCrashedError())
         with self._lock:
             # After a failed start, wait for work (or a restart request) instead of spinning.
             while self._worker.load_error and not self._stopping and not self._wanted():
@@ -238,9 +239,9 @@ class EngineClient:
             if restart is None or (self._in_flight is not None and not restart.force):
                 return
             self._restart = None
-            requeued = self._in_flight if isinstance(self._in_flight, Job) else None
+            requeued = self._in_flight if isinstance(self._in_flight, JobBatch) else None
             if requeued is not None:
-                self._jobs.appendleft(requeued)
+                self._jobs.extendleft(reversed(requeued.jobs))
             elif isinstance(self._in_flight, ControlCall):
                 self._controls.appendleft(self._in_flight)
             graceful = self._in_flight is None
@@ -290,28 +291,33 @@ class EngineClient:
                 return
             if not self._controls and not self._jobs:
                 self._lock.wait(POLL_S)
-            item: Job | ControlCall | None = None
+            item: JobBatch | ControlCall | None = None
             if self._controls:
                 item = self._controls.popleft()
+                if not item.future.running() and not item.future.set_running_or_notify_cancel():
+                    return  # cancelled by its caller while queued
             elif self._jobs:
-                item = self._jobs.popleft()
+                capabilities = self._worker.ready.capabilities if self._worker.ready else None
+                hold = self._batcher.hold_s(self._jobs, capabilities, time.monotonic())
+                if hold > 0:  # a moment for the other active callers' jobs to join this batch
+                    self._lock.wait(hold)
+                    return
+                item = JobBatch.start(self._batcher.take(self._jobs, capabilities))
             if item is None:
                 return
-            future = item if isinstance(item, Job) else item.future
-            if not future.running() and not future.set_running_or_notify_cancel():
-                return  # cancelled by its caller while queued
-            self._in_flight, self._in_flight_since, self._accepted = item, time.monotonic(), False
+            self._in_flight, self._in_flight_since = item, time.monotonic()
         self._worker.send(item.request)
 
     def _handle_message(self, message: Any) -> None:
         in_flight = self._in_flight
         if isinstance(message, JobAccepted):
-            if isinstance(in_flight, Job) and in_flight.job_id == message.job_id:
+            if isinstance(in_flight, JobBatch) and in_flight.find(message.job_id) is not None:
                 with self._lock:
-                    self._accepted = True
+                    in_flight.accepted.add(message.job_id)
         elif isinstance(message, ChunkReady):
-            if isinstance(in_flight, Job) and in_flight.job_id == message.job_id:
-                in_flight.push(message)
+            job = in_flight.find(message.job_id) if isinstance(in_flight, JobBatch) else None
+            if job is not None:
+                job.push(message)
         elif isinstance(message, Heartbeat):
             self._figures.record_heartbeat(message)
             self._record_stats(message.stats)
@@ -323,19 +329,22 @@ class EngineClient:
     def _handle_reply(self, message: SynthesisResult | ControlReply | ErrorReply) -> None:
         in_flight = self._in_flight
         request_id = message.job_id if isinstance(message, SynthesisResult) else message.request_id
-        if in_flight is None or _request_id(in_flight) != request_id:
-            log.warning("dropping a reply for %s, which is not in flight", request_id)
-            return
-        with self._lock:
-            self._in_flight = None
+        with self._lock:  # a job's reply leaves the rest of its batch on the device
+            item = in_flight.take(request_id) if isinstance(in_flight, JobBatch) else in_flight
+            if in_flight is None or item is None or _request_id(item) != request_id:
+                log.warning("dropping a reply for %s, which is not in flight", request_id)
+                return
+            if not isinstance(in_flight, JobBatch) or not in_flight.jobs:
+                self._in_flight = None
+                self._batcher.device_free(time.monotonic())
         if isinstance(message, ErrorReply):
-            self._finish(in_flight, error=error_from_name(message.error_type, message.message))
+            self._finish(item, error=error_from_name(message.error_type, message.message))
         elif isinstance(message, SynthesisResult):
-            assert isinstance(in_flight, Job)
-            wait = self._in_flight_since - in_flight.request.submitted_at
-            self._finish(in_flight, value=replace(message, queue_wait_s=wait))
+            assert isinstance(item, Job)
+            wait = self._in_flight_since - item.request.submitted_at
+            self._finish(item, value=replace(message, queue_wait_s=wait))
         else:
-            self._finish(in_flight, value=message.payload)
+            self._finish(item, value=message.payload)
 
     def _record_stats(self, stats: AllocatorStats) -> None:
         self._figures.stats = stats
@@ -344,20 +353,15 @@ class EngineClient:
 
     def _check_timeout(self) -> None:
         in_flight = self._in_flight
-        if not isinstance(in_flight, Job) or not self._worker.overdue(self._in_flight_since):
+        if not isinstance(in_flight, JobBatch) or not self._worker.overdue(self._in_flight_since):
             return
         log.error("job %s timed out; replacing the worker", in_flight.job_id)
         with self._lock:
             self._in_flight = None
         if self._worker.handle is not None:
             self._worker.handle.kill()
-        self._finish(
-            in_flight,
-            error=JobTimeoutError(
-                f"Generation took longer than {self.settings.job_timeout_s:.0f} s and was stopped; "
-                "the engine was restarted. Try shorter text."
-            ),
-        )
+        for job in in_flight.jobs:
+            self._finish(job, error=timeout_error(self.settings.job_timeout_s))
 
     def _finish(self, item: Job | ControlCall, value: Any = None, error: VoiceLabError | None = None) -> None:
         future: Future[Any] = item if isinstance(item, Job) else item.future

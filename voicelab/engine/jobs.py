@@ -7,10 +7,10 @@ import secrets
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from voicelab.engine.messages import ChunkReady, ControlRequest, SynthesisRequest, SynthesisResult
+from voicelab.engine.messages import ChunkReady, ControlRequest, SynthesisBatch, SynthesisRequest, SynthesisResult
 from voicelab.engine.status import RestartReport
 from voicelab.errors import EngineBusyError, JobTimeoutError
 
@@ -24,6 +24,12 @@ def with_seed(request: SynthesisRequest) -> SynthesisRequest:
 def busy_error(waiting: int) -> EngineBusyError:
     """The sentence for a full queue (HTTP callers get it as a 429)."""
     return EngineBusyError(f"The engine is busy: {waiting} jobs are already waiting. Please try again in a moment.")
+
+
+def timeout_error(limit_s: float) -> JobTimeoutError:
+    return JobTimeoutError(
+        f"Generation took longer than {limit_s:.0f} s and was stopped; the engine was restarted. Try shorter text."
+    )
 
 
 class Job(Future[SynthesisResult]):
@@ -64,6 +70,47 @@ class Job(Future[SynthesisResult]):
                 self.result(0)  # raises the job's error, if any
                 return
             yield item
+
+
+@dataclass
+class JobBatch:
+    """Jobs sent to the worker together (one, or a micro-batch); each is accepted and answered on its own."""
+
+    jobs: list[Job]
+    accepted: set[str] = field(default_factory=set)
+
+    @staticmethod
+    def start(jobs: list[Job]) -> JobBatch | None:
+        """The batch of those jobs still wanted: requeued ones already run; others may have been cancelled."""
+        running = [job for job in jobs if job.running() or job.set_running_or_notify_cancel()]
+        return JobBatch(running) if running else None
+
+    @property
+    def job_id(self) -> str:
+        return self.jobs[0].job_id
+
+    @property
+    def request(self) -> SynthesisRequest | SynthesisBatch:
+        """What the worker is sent: a lone job as itself, several as one ``SynthesisBatch``."""
+        if len(self.jobs) == 1:
+            return self.jobs[0].request
+        return SynthesisBatch(tuple(job.request for job in self.jobs))
+
+    def find(self, job_id: str) -> Job | None:
+        return next((job for job in self.jobs if job.job_id == job_id), None)
+
+    def take(self, job_id: str) -> Job | None:
+        """The job with this id, removed from the batch (its reply came); None if it is not here."""
+        job = self.find(job_id)
+        if job is not None:
+            self.jobs.remove(job)
+        return job
+
+    def unaccepted(self) -> list[Job]:
+        return [job for job in self.jobs if job.job_id not in self.accepted]
+
+    def accepted_jobs(self) -> list[Job]:
+        return [job for job in self.jobs if job.job_id in self.accepted]
 
 
 @dataclass

@@ -50,6 +50,13 @@ class SynthesisRequest:
 
 
 @dataclass(frozen=True)
+class SynthesisBatch:
+    """Compatible jobs the worker runs as one padded batch; each still gets its own chunks and result."""
+
+    requests: tuple[SynthesisRequest, ...]
+
+
+@dataclass(frozen=True)
 class ChunkReady:
     """A piece of a job's audio, sent as soon as it is ready (``index`` counts from 0, in order)."""
 
@@ -65,6 +72,7 @@ class SynthesisResult:
 
     first_audio_s: from the job's start on the worker to its first chunk (time to first audio).
     similarity_base: the backend voice before matching (``None`` when the backend clones natively).
+    batch_size: how many jobs ran in the device batch this one was part of (1: alone).
     """
 
     job_id: str
@@ -87,6 +95,7 @@ class SynthesisResult:
     seed: int | None = None
     notices: tuple[str, ...] = ()
     profile_cache: ProfileCacheStats | None = None
+    batch_size: int = 1
 
     @property
     def duration_s(self) -> float:
@@ -108,6 +117,7 @@ class SynthesisResult:
             "chunks": self.chunks,
             "rtf": round(self.rtf, 4),
             "queue_wait_s": round(self.queue_wait_s, 4),
+            "batch_size": self.batch_size,
             "backend": self.backend,
             "language": self.language,
             "device": self.device,

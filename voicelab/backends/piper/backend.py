@@ -13,19 +13,42 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, OptionSpec, SpeechRequest, run_plainly
+from voicelab.backends.base import (
+    AudioChunk,
+    BatchEvent,
+    Capabilities,
+    MemoryGuard,
+    OptionSpec,
+    SpeechRequest,
+    run_plainly,
+)
+from voicelab.backends.batched import ChunkFormat, lockstep_chunks
 from voicelab.backends.batching import BatchPolicy, SentenceIds, bucket_by_length, grouped_chunks
 from voicelab.backends.piper.config import VoiceConfig, read_voice_config
 from voicelab.backends.piper.frontend import PiperFrontend, Sentence
 from voicelab.backends.piper.model import VitsModel
 from voicelab.backends.piper.weights import load_model
-from voicelab.errors import BackendLoadError, InvalidSettingError
+from voicelab.errors import BackendLoadError, InvalidSettingError, VoiceLabError
 from voicelab.settings import Settings
 
 logger = logging.getLogger(__name__)
 __all__ = ["BatchPolicy", "PiperBackend", "VitsControls", "bucket_by_length", "create"]
 
+# Peak working memory per character of text in a batch: the decoder's activations dominate (about 12 audio
+# frames of 256 samples per character at the default rate, ~200 channels at the widest upsampling layer, in
+# float32, plus the allocator's rounding), rounded up so the estimate errs on the safe side.
+BATCH_BYTES_PER_CHAR = 2 << 20
+
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One sentence of a device batch: its phoneme ids, its request's controls and random generator."""
+
+    ids: Sequence[int]
+    controls: VitsControls
+    generator: torch.Generator | None
 
 
 @dataclass(frozen=True)
@@ -85,6 +108,8 @@ class PiperBackend:
             streaming=True,
             dtypes=tuple(DTYPES),
             options=options,
+            batching=True,
+            batch_bytes_per_char=BATCH_BYTES_PER_CHAR,
         )
 
     @property
@@ -157,32 +182,61 @@ class PiperBackend:
         self, sentences: Sequence[Sequence[int]], controls: VitsControls, generator: torch.Generator | None
     ) -> list[np.ndarray]:
         """One float32 waveform per sentence of phoneme ids (model output in [-1, 1], not loudness-normalised)."""
-        model = self._require_model()
-        noise_scale, length_scale, noise_w = self._scales(controls)
         lengths = [len(s) for s in sentences]
+        audio: list[np.ndarray] = [np.zeros(0, np.float32)] * len(sentences)
+        for batch in bucket_by_length(lengths, self.batch_policy):
+            rows = [Row(sentences[i], controls, generator) for i in batch]
+            for i, wave in zip(batch, self.synthesize_rows(rows), strict=True):
+                audio[i] = wave
+        return audio
+
+    def synthesize_rows(self, rows: Sequence[Row]) -> list[np.ndarray]:
+        """One device batch, rows in the order given (each with its own controls and generator)."""
+        model = self._require_model()
+        lengths = [len(row.ids) for row in rows]
         if any(n == 0 for n in lengths):
             raise InvalidSettingError("A sentence has no phoneme ids.")
-        audio: list[np.ndarray] = [np.zeros(0, np.float32)] * len(sentences)
-        sid = torch.full((1,), self.config.default_speaker_id, dtype=torch.long)
+        scales = [self._scales(row.controls) for row in rows]
+        ids = torch.zeros(len(rows), max(lengths), dtype=torch.long)
+        for k, row in enumerate(rows):
+            ids[k, : lengths[k]] = torch.as_tensor(row.ids, dtype=torch.long)
+        device = next(model.parameters()).device
+        sid = torch.full((len(rows),), self.config.default_speaker_id, dtype=torch.long, device=device)
         with torch.inference_mode():
-            for batch in bucket_by_length(lengths, self.batch_policy):
-                ids = torch.zeros(len(batch), max(lengths[i] for i in batch), dtype=torch.long)
-                for row, i in enumerate(batch):
-                    ids[row, : lengths[i]] = torch.as_tensor(sentences[i], dtype=torch.long)
-                device = next(model.parameters()).device
-                wave, wave_lengths = model(
-                    ids.to(device),
-                    torch.tensor([lengths[i] for i in batch], device=device),
-                    noise_scale,
-                    length_scale,
-                    noise_w,
-                    generator,
-                    sid.expand(len(batch)).to(device),
-                )
-                wave_np, n_np = wave[:, 0].cpu().numpy(), wave_lengths.cpu().numpy()
-                for row, i in enumerate(batch):
-                    audio[i] = wave_np[row, : n_np[row]].copy()  # not a view that keeps the whole batch alive
-        return audio
+            wave, wave_lengths = model(
+                ids.to(device),
+                torch.tensor(lengths, device=device),
+                [s[0] for s in scales],
+                [s[1] for s in scales],
+                [s[2] for s in scales],
+                [row.generator for row in rows],
+                sid,
+            )
+            wave_np, n_np = wave[:, 0].cpu().numpy(), wave_lengths.cpu().numpy()
+        return [wave_np[k, : n_np[k]].copy() for k in range(len(rows))]  # copies: no view keeps the batch alive
+
+    def synthesize_batch(
+        self, requests: Sequence[SpeechRequest], guard: MemoryGuard = run_plainly
+    ) -> Iterator[BatchEvent]:
+        """Several requests in padded device batches (``backends.batched``); each says what it says alone."""
+        sentences: list[list[SentenceIds] | None] = []
+        failures: list[BatchEvent] = []
+        for index, request in enumerate(requests):
+            try:
+                sentences.append([SentenceIds(s.text, s.ids) for s in self.frontend.sentences(request.text)])
+            except VoiceLabError as exc:
+                sentences.append(None)
+                failures.append(BatchEvent(index, error=exc, last=True))
+        yield from failures
+        controls = [self.controls_for(request) for request in requests]
+        generators = [torch.Generator(device=self.device).manual_seed(request.seed) for request in requests]
+
+        def run(rows: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
+            return self.synthesize_rows([Row(ids, controls[i], generators[i]) for i, ids in rows])
+
+        language = self.capabilities.languages[0]
+        formats = [ChunkFormat(self.sample_rate, language, r.sentence_silence_s) for r in requests]
+        yield from lockstep_chunks(sentences, run, guard, self.batch_policy, formats)
 
     @property
     def defaults(self) -> VitsControls:
