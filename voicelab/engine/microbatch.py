@@ -95,7 +95,7 @@ class MicroBatcher:
         if ready >= min(self.expected, self.limits.max_jobs) or ready < self._compatible(queue, capabilities):
             return 0.0  # everyone expected is here, or the memory bound already closed the batch
         start = max(queue[0].request.submitted_at, self.free_since)
-        return max(0.0, start + self.limits.window_s - now)
+        return min(self.limits.window_s, max(0.0, start + self.limits.window_s - now))
 
     def take(self, queue: deque[Q], capabilities: Capabilities | None) -> list[Q]:
         """Remove and return the next batch (the oldest job and the compatible ones after it, in order)."""
