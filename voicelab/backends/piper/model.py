@@ -230,11 +230,11 @@ class VitsModel(nn.Module):
         self, ids: torch.Tensor, lengths: torch.Tensor, rows: RowControls, sid: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         b, t = ids.shape
+        token_counts = [int(n) for n in lengths.tolist()]  # read before any kernel is queued: no wait
         mask = (torch.arange(t, device=ids.device) < lengths.unsqueeze(1)).unsqueeze(1).float()  # [B, 1, T]
         x, m_p, logs_p = self.enc_p(ids, mask)
         g = self._speaker(sid, b, ids.device)
 
-        token_counts = [int(n) for n in lengths.tolist()]
         noise = row_noise(2, token_counts, t, rows.noise_w, rows.generators, x)
         logw = self.dp(x, mask, noise, g)
         length_scale = rows.length_scale[0] if len(set(rows.length_scale)) == 1 else rows.length_scale
