@@ -108,6 +108,20 @@ class AudioChunk:
 
 
 @dataclass(frozen=True)
+class GraphBucket:
+    """One captured CUDA graph shape: its stage, rows and length, the device memory its capture added, the stage's
+    time eager and replayed (ms), and whether it is kept (only where the replay was faster)."""
+
+    stage: str
+    rows: int
+    length: int
+    bytes: int
+    eager_ms: float
+    graph_ms: float
+    kept: bool
+
+
+@dataclass(frozen=True)
 class BatchEvent:
     """One step of a batched synthesis for the request at ``index`` of the batch.
 

@@ -22,12 +22,13 @@ from voicelab.backends.base import (
     Backend,
     BatchEvent,
     Capabilities,
+    GraphBucket,
     MemoryGuard,
     SpeechRequest,
     run_plainly,
 )
 from voicelab.backends.mandarin.backend import MandarinBackend
-from voicelab.backends.piper.backend import PiperBackend
+from voicelab.backends.piper.backend import from_settings as piper_from_settings
 from voicelab.backends.scripts import Run, split_runs
 from voicelab.errors import VoiceLabError
 from voicelab.settings import Settings
@@ -128,6 +129,10 @@ class BuiltinVoices:
         options = {k: v for k, v in request.options.items() if voice.capabilities.option(k) is not None}
         return replace(request, text=text, language=language, options=options)
 
+    def graph_buckets(self) -> tuple[GraphBucket, ...]:
+        """Every voice's captured CUDA graph buckets."""
+        return tuple(b for voice in self.voices.values() for b in getattr(voice, "graph_buckets", tuple)())
+
     def _resampled(self, chunk: AudioChunk) -> np.ndarray:
         if chunk.sample_rate == self.sample_rate:
             return chunk.audio
@@ -138,4 +143,4 @@ class BuiltinVoices:
 
 def create(settings: Settings) -> BuiltinVoices:
     """English from ``--voice-path`` (the built-in Joe voice when empty) and the built-in Mandarin voice."""
-    return BuiltinVoices({"en": PiperBackend(settings.voice_path or None), "zh": MandarinBackend()})
+    return BuiltinVoices({"en": piper_from_settings(settings), "zh": MandarinBackend()})

@@ -17,6 +17,7 @@ from voicelab.backends.base import (
     AudioChunk,
     BatchEvent,
     Capabilities,
+    GraphBucket,
     MemoryGuard,
     OptionSpec,
     SpeechRequest,
@@ -26,6 +27,7 @@ from voicelab.backends.batched import ChunkFormat, lockstep_chunks
 from voicelab.backends.batching import BatchPolicy, SentenceIds, bucket_by_length, grouped_chunks
 from voicelab.backends.piper.config import VoiceConfig, read_voice_config
 from voicelab.backends.piper.frontend import PiperFrontend, Sentence
+from voicelab.backends.piper.graphs import VitsGraphs
 from voicelab.backends.piper.model import VitsModel
 from voicelab.backends.piper.weights import load_model
 from voicelab.errors import BackendLoadError, InvalidSettingError, VoiceLabError
@@ -80,7 +82,13 @@ class PiperBackend:
 
     name = "piper"
 
-    def __init__(self, voice_path: str | None = None, batch_policy: BatchPolicy | None = None) -> None:
+    def __init__(
+        self,
+        voice_path: str | None = None,
+        batch_policy: BatchPolicy | None = None,
+        cuda_graphs: bool = True,
+        graph_bytes: int = 2 << 30,
+    ) -> None:
         if voice_path:
             self.model_path, config_path = Path(voice_path), Path(f"{voice_path}.json")
         else:
@@ -94,6 +102,7 @@ class PiperBackend:
         self.frontend = PiperFrontend(self.config)
         self.device = "cpu"
         self.dtype = "float32"
+        self.cuda_graphs, self.graph_bytes = cuda_graphs, graph_bytes
         self._model: VitsModel | None = None
 
     @property
@@ -140,6 +149,8 @@ class PiperBackend:
         model.flow.to(DTYPES[dtype])
         model.dec.to(DTYPES[dtype])
         self._model = model.to(target)
+        if target.type == "cuda" and self.cuda_graphs:
+            model.graphs = VitsGraphs(model, max_bytes=self.graph_bytes)
         self.device, self.dtype = str(target), dtype
         logger.info("loaded piper voice %s on %s (%s)", self.voice_name, self.device, self.dtype)
 
@@ -149,6 +160,11 @@ class PiperBackend:
         gc.collect()
         if self.device.startswith("cuda") and torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+    def graph_buckets(self) -> tuple[GraphBucket, ...]:
+        """The CUDA graph buckets captured so far, with their memory and timings (empty on CPU)."""
+        graphs = self._model.graphs if self._model is not None else None
+        return graphs.reports() if graphs is not None else ()
 
     def sentences(self, text: str) -> list[Sentence]:
         """Sentences with their text, phonemes and ids (raises InvalidTextError)."""
@@ -275,4 +291,9 @@ def keep_freed_memory_for_reuse(mmap_threshold: int = 512 << 20, trim_threshold:
 
 def create(settings: Settings) -> PiperBackend:
     """The registry's factory: the voice file from ``--voice-path`` (the built-in voice when empty)."""
-    return PiperBackend(settings.voice_path or None)
+    return from_settings(settings)
+
+
+def from_settings(settings: Settings) -> PiperBackend:
+    graph_bytes = int(settings.cuda_graph_mib * 2**20)
+    return PiperBackend(settings.voice_path or None, cuda_graphs=settings.cuda_graphs, graph_bytes=graph_bytes)

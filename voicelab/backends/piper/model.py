@@ -15,10 +15,14 @@ import contextlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from voicelab.backends.piper.graphs import VitsGraphs
 
 from voicelab.backends.piper.decoder import Generator
 from voicelab.backends.piper.duration import LayerNorm, StochasticDurationPredictor
@@ -202,6 +206,7 @@ class VitsModel(nn.Module):
             d.gin_channels,
         )
         self.emb_g = nn.Embedding(d.n_speakers, d.gin_channels) if d.n_speakers > 1 else None
+        self.graphs: VitsGraphs | None = None  # CUDA graphs of encode/decode over bucketed shapes (graphs.py)
 
     def forward(
         self,
@@ -232,13 +237,11 @@ class VitsModel(nn.Module):
         b, t = ids.shape
         token_counts = [int(n) for n in lengths.tolist()]  # read before any kernel is queued: no wait
         mask = (torch.arange(t, device=ids.device) < lengths.unsqueeze(1)).unsqueeze(1).float()  # [B, 1, T]
-        x, m_p, logs_p = self.enc_p(ids, mask)
         g = self._speaker(sid, b, ids.device)
-
-        noise = row_noise(2, token_counts, t, rows.noise_w, rows.generators, x)
-        logw = self.dp(x, mask, noise, g)
+        noise = row_noise(2, token_counts, t, rows.noise_w, rows.generators, mask)
         length_scale = rows.length_scale[0] if len(set(rows.length_scale)) == 1 else rows.length_scale
-        durations = scaled_durations((torch.exp(logw) * mask).squeeze(1), length_scale)  # frames per phoneme [B, T]
+        graphed = self.graphs.encode(ids, lengths, noise, rows.length_scale) if self.graphs and g is None else None
+        durations, m_p, logs_p = graphed or self.encode(ids, mask, noise, length_scale, g)
         index, covered, frame_lengths = _frames_to_phonemes(durations)
         frame_mask = (torch.arange(covered.shape[-1], device=ids.device) < frame_lengths.unsqueeze(1)).unsqueeze(1)
         frame_mask = frame_mask.float()  # [B, 1, T_y]
@@ -250,12 +253,33 @@ class VitsModel(nn.Module):
         z_p = m + eps * torch.exp(logs)
 
         dtype = self.dec.conv_pre.weight.dtype
-        z_mask = frame_mask.to(dtype)
-        g_half = g.to(dtype) if g is not None else None
-        z = self.flow(z_p.to(dtype), z_mask, g_half)
-        ragged = min(frame_counts) < frame_mask.shape[-1]
-        audio = self.dec(z * z_mask, z_mask if ragged else None, g_half).float()
+        audio = self.graphs.decode(z_p.to(dtype), frame_lengths) if self.graphs and g is None else None
+        if audio is None:
+            ragged = min(frame_counts) < frame_mask.shape[-1]
+            audio = self.decode(z_p.to(dtype), frame_mask.to(dtype), ragged, g.to(dtype) if g is not None else None)
         return audio, frame_lengths * self.dims.hop_length
+
+    def encode(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        noise: torch.Tensor,
+        length_scale: float | Sequence[float] | torch.Tensor,
+        g: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Text encoder and duration predictor: ids [B, T], mask [B, 1, T], dp noise [B, 2, T] ->
+        frames per phoneme [B, T], prior mean and log-std [B, C, T]. No host sync: a CUDA graph can hold it."""
+        x, m_p, logs_p = self.enc_p(ids, mask)
+        logw = self.dp(x, mask, noise, g)
+        return scaled_durations((torch.exp(logw) * mask).squeeze(1), length_scale), m_p, logs_p
+
+    def decode(
+        self, z_p: torch.Tensor, z_mask: torch.Tensor, ragged: bool, g: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Flow (reverse) and HiFi-GAN: z_p [B, C, T_y] in the decoder's dtype, z_mask [B, 1, T_y] ->
+        audio [B, 1, T_y * hop] float32. ``ragged``: rows end before T_y, so every layer masks. No host sync."""
+        z = self.flow(z_p, z_mask, g)
+        return self.dec(z * z_mask, z_mask if ragged else None, g).float()
 
     def _speaker(self, sid: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor | None:
         """Speaker conditioning [B, gin, 1] for multi-speaker voices (speaker 0 when sid is None)."""
@@ -284,7 +308,9 @@ def _exact_float32(device: torch.device) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = previous
 
 
-def scaled_durations(w: torch.Tensor, length_scale: float | Sequence[float], steps: int = 24) -> torch.Tensor:
+def scaled_durations(
+    w: torch.Tensor, length_scale: float | Sequence[float] | torch.Tensor, steps: int = 24
+) -> torch.Tensor:
     """Frames per phoneme [B, T] from predicted durations ``w`` [B, T] (zero where padded).
 
     Piper takes ceil(w * length_scale); about half the tokens are blanks predicted under one frame, which round
@@ -298,6 +324,8 @@ def scaled_durations(w: torch.Tensor, length_scale: float | Sequence[float], ste
     scale: torch.Tensor | float
     if isinstance(length_scale, int | float):
         scale = float(length_scale)
+    elif isinstance(length_scale, torch.Tensor):
+        scale = length_scale.reshape(-1, 1)  # [B, 1] already on the device (a CUDA graph's input)
     else:
         scale = torch.tensor(list(length_scale), dtype=w.dtype, device=w.device).reshape(-1, 1)
     target = base.sum(-1, keepdim=True) * scale  # [B, 1]
