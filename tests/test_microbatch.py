@@ -143,3 +143,5 @@ def test_jobs_queued_together_share_a_batch_each_with_its_chunks_in_order_and_a_
         np.testing.assert_allclose(result.audio, expected_audio(text, texts[text]), atol=1e-6)
         assert result.batch_size == 3
     assert batch_log.read_text().split()[0] == "3"  # all three were on the device in one batch
+    speed = client.status().speed  # what the panel shows
+    assert speed is not None and speed.largest_batch == 3 and speed.first_audio_last_s > 0

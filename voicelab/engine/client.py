@@ -150,6 +150,8 @@ class EngineClient:
                 profile_cache=figures.profile_cache,
                 model_loaded=figures.model_loaded,
                 worker_uptime_s=self._worker.uptime_s(),
+                speed=self._counters.speed(),
+                graphs=figures.graphs,
             )
 
     def add_stats_listener(self, listener: Callable[[AllocatorStats], None]) -> None:
@@ -366,10 +368,7 @@ class EngineClient:
     def _finish(self, item: Job | ControlCall, value: Any = None, error: VoiceLabError | None = None) -> None:
         future: Future[Any] = item if isinstance(item, Job) else item.future
         if isinstance(item, Job):
-            if error is None:
-                self._counters.completed += 1
-            else:
-                self._counters.failed += 1
+            self._counters.finished(value if error is None else None)
         if error is not None:
             future.set_exception(error)
         else:

@@ -18,7 +18,15 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from voicelab.backends.base import AudioChunk, Backend, BatchedBackend, Capabilities, SpeechRequest, run_plainly
+from voicelab.backends.base import (
+    AudioChunk,
+    Backend,
+    BatchedBackend,
+    Capabilities,
+    GraphBucket,
+    SpeechRequest,
+    run_plainly,
+)
 from voicelab.backends.registry import create_backend
 from voicelab.backends.scripts import languages_in
 from voicelab.engine import memory
@@ -301,6 +309,11 @@ class EngineCore:
 
     def _guard(self, full: Callable[[], T], pieces: Callable[[], T]) -> T:
         return memory.run_with_oom_retry(full, pieces, lambda: self.clean_cache(False))
+
+    def graph_buckets(self) -> tuple[GraphBucket, ...]:
+        """The backend's CUDA graph buckets, if it captures any (for the panel)."""
+        report: Callable[[], tuple[GraphBucket, ...]] = getattr(self.backend, "graph_buckets", tuple)
+        return report()
 
     def stats(self) -> AllocatorStats:
         """For the heartbeat and control requests; job-side hygiene uses its own monitor so no delta is lost."""

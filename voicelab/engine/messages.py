@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from voicelab.backends.base import AudioChunk, Capabilities
+from voicelab.backends.base import AudioChunk, Capabilities, GraphBucket
 from voicelab.instruct.style import Style
 from voicelab.voice.cache import ProfileCacheStats
 from voicelab.voice.prompt import PromptAudio
@@ -259,3 +259,4 @@ class Heartbeat:
     leak_warning: str | None = None
     profile_cache: ProfileCacheStats | None = None
     model_loaded: bool = True
+    graphs: tuple[GraphBucket, ...] = ()  # the backend's CUDA graph buckets (sizes, memory, kept or not)

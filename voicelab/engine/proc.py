@@ -62,6 +62,7 @@ def _heartbeat_loop(core: EngineCore, sender: _Sender, stop: threading.Event) ->
                     leak_warning=core.leak_warning,
                     model_loaded=core.loaded,
                     profile_cache=core.voice.cache_stats(),
+                    graphs=core.graph_buckets(),
                 )
             )
         except (OSError, EOFError, BrokenPipeError):

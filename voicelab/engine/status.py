@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import statistics
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
-from voicelab.engine.messages import AllocatorStats, Heartbeat, WorkerReady
+from voicelab.backends.base import GraphBucket
+from voicelab.engine.messages import AllocatorStats, Heartbeat, SynthesisResult, WorkerReady
 from voicelab.voice.cache import ProfileCacheStats
 
 
@@ -42,14 +45,44 @@ class EngineStatus:
     profile_cache: ProfileCacheStats | None = None
     model_loaded: bool = True
     worker_uptime_s: float | None = None
+    speed: JobSpeed | None = None
+    graphs: tuple[GraphBucket, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobSpeed:
+    """Recent jobs as callers felt them: time to first audio (queue wait included) and device batch sizes."""
+
+    jobs: int
+    first_audio_p50_s: float
+    first_audio_last_s: float
+    mean_batch: float
+    largest_batch: int
 
 
 @dataclass
 class JobCounters:
-    """Jobs finished by outcome (one counter per fact; restarts are the supervisor's)."""
+    """Jobs finished by outcome (one counter per fact; restarts are the supervisor's), and the recent ones' speed."""
 
     completed: int = 0
     failed: int = 0
+    recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=200))
+
+    def finished(self, result: SynthesisResult | None) -> None:
+        """Count one job: a result (completed) or None (failed)."""
+        if result is None:
+            self.failed += 1
+            return
+        self.completed += 1
+        self.recent.append((result.first_audio_s + result.queue_wait_s, result.batch_size))
+
+    def speed(self) -> JobSpeed | None:
+        recent = list(self.recent)
+        if not recent:
+            return None
+        sizes = [size for _, size in recent]
+        first = statistics.median(t for t, _ in recent)
+        return JobSpeed(len(recent), first, recent[-1][0], statistics.fmean(sizes), max(sizes))
 
 
 class WorkerFigures:
@@ -61,12 +94,14 @@ class WorkerFigures:
         self.leak_warning: str | None = None
         self.profile_cache: ProfileCacheStats | None = None
         self.model_loaded = True
+        self.graphs: tuple[GraphBucket, ...] = ()
 
     def record_heartbeat(self, beat: Heartbeat) -> None:
         self.heartbeat_at = time.monotonic()
         self.leak_warning = beat.leak_warning
         self.profile_cache = beat.profile_cache
         self.model_loaded = beat.model_loaded
+        self.graphs = beat.graphs
 
     def heartbeat_age_s(self) -> float | None:
         return time.monotonic() - self.heartbeat_at if self.heartbeat_at else None

@@ -68,9 +68,11 @@ class VitsGraphs:
     _pool: Any = None  # torch.cuda.graph_pool_handle(), shared by every bucket's graph
     _pool_bytes: int = 0
     _broken: bool = False
+    _reports: list[GraphBucket] = field(default_factory=list)
 
     def reports(self) -> tuple[GraphBucket, ...]:
-        return tuple(c.report for c in self._captured.values())
+        """Every bucket captured so far (read from the heartbeat thread: a copy of a list, never the dict)."""
+        return tuple(self._reports)
 
     def encode(
         self, ids: torch.Tensor, lengths: torch.Tensor, noise: torch.Tensor, length_scale: Sequence[float]
@@ -153,6 +155,7 @@ class VitsGraphs:
                 return None
             try:
                 self._captured[key] = self._capture(stage, rows, length, make(rows, length))
+                self._reports.append(self._captured[key].report)
             except (RuntimeError, torch.cuda.OutOfMemoryError):
                 log.warning("CUDA graph capture of %s failed; running eagerly from now on", key, exc_info=True)
                 self._broken = True
