@@ -28,7 +28,7 @@ from voicelab.backends.batching import BatchPolicy, SentenceIds, bucket_by_lengt
 from voicelab.backends.piper.config import VoiceConfig, read_voice_config
 from voicelab.backends.piper.frontend import PiperFrontend, Sentence
 from voicelab.backends.piper.graphs import VitsGraphs
-from voicelab.backends.piper.model import VitsModel
+from voicelab.backends.piper.model import VitsModel, exact_float32
 from voicelab.backends.piper.weights import load_model
 from voicelab.errors import BackendLoadError, InvalidSettingError, VoiceLabError
 from voicelab.settings import Settings
@@ -36,10 +36,11 @@ from voicelab.settings import Settings
 logger = logging.getLogger(__name__)
 __all__ = ["BatchPolicy", "PiperBackend", "VitsControls", "bucket_by_length", "create"]
 
-# Peak working memory per character of text in a batch: the decoder's activations dominate (about 12 audio
-# frames of 256 samples per character at the default rate, ~200 channels at the widest upsampling layer, in
-# float32, plus the allocator's rounding), rounded up so the estimate errs on the safe side.
-BATCH_BYTES_PER_CHAR = 2 << 20
+# Working memory per character of text in a batch, for the engine's estimate of how many jobs fit: a character
+# is about 2.2 phoneme ids and 4.7 frames at the default rate (measured on the bench sentences), and the decoder's
+# widest stages keep about six float32 tensors of 8192 values per frame alive (~200 kB): about 1 MB. Each device
+# batch is also bounded by BatchPolicy.max_padded_ids, so this errs on the safe side.
+BATCH_BYTES_PER_CHAR = 1 << 20
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -151,6 +152,9 @@ class PiperBackend:
         self._model = model.to(target)
         if target.type == "cuda" and self.cuda_graphs:
             model.graphs = VitsGraphs(model, max_bytes=self.graph_bytes)
+            with torch.inference_mode(), exact_float32(target):
+                captured = model.graphs.capture_all(self.batch_policy.max_padded_ids)
+            logger.info("captured %d CUDA graph buckets for %s", captured, self.voice_name)
         self.device, self.dtype = str(target), dtype
         logger.info("loaded piper voice %s on %s (%s)", self.voice_name, self.device, self.dtype)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import logging
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -113,6 +114,30 @@ class VitsGraphs:
         s_lengths[:b].copy_(frame_lengths)
         captured.graph.replay()
         return captured.outputs[0][:b, :, : t_y * self.model.dims.hop_length]
+
+    def capture_all(self, max_rows_x_tokens: int, frames_per_token: int = 8, max_seconds: float = 60.0) -> int:
+        """Capture (and time) every bucket a batch within the padded budget can reach, smallest first.
+
+        Done at load, so graph memory is all taken before the first request: allocated memory does not grow
+        later as new shapes come. Stops at the memory budget or after ``max_seconds`` (later shapes are then
+        captured on first use). Returns how many buckets were captured.
+        """
+        started, device = time.monotonic(), next(self.model.parameters()).device
+        dtype = self.model.dec.conv_pre.weight.dtype
+        like = torch.zeros(1, self.model.dims.inter_channels, 1, dtype=dtype, device=device)
+        wanted = [
+            ("encode", r, n) for r in self.buckets.rows for n in self.buckets.tokens if r * n <= 2 * max_rows_x_tokens
+        ]
+        frames_budget = 2 * max_rows_x_tokens * frames_per_token
+        wanted += [("decode", r, n) for r in self.buckets.rows for n in self.buckets.frames if r * n <= frames_budget]
+        for stage, rows, length in sorted(wanted, key=lambda w: w[1] * w[2]):
+            if self._broken or self._pool_bytes >= self.max_bytes or time.monotonic() - started > max_seconds:
+                break
+            if stage == "encode":
+                self._get(stage, rows, length, lambda r, n: self._encode_inputs(r, n, device))
+            else:
+                self._get(stage, rows, length, lambda r, n: self._decode_inputs(r, n, like))
+        return len(self._captured)
 
     # ---- capture ----
 

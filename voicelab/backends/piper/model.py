@@ -228,7 +228,7 @@ class VitsModel(nn.Module):
         rows = RowControls(
             per_row(noise_scale, b), per_row(length_scale, b), per_row(noise_w, b), generators_for(generator, b)
         )
-        with _exact_float32(ids.device):
+        with exact_float32(ids.device):
             return self._synthesize(ids, lengths, rows, sid)
 
     def _synthesize(
@@ -291,7 +291,7 @@ class VitsModel(nn.Module):
 
 
 @contextlib.contextmanager
-def _exact_float32(device: torch.device) -> Iterator[None]:
+def exact_float32(device: torch.device) -> Iterator[None]:
     """Keep cuDNN from running float32 convolutions as TF32 (its default) while the model runs.
 
     Durations are ceil()-ed, so TF32 rounding in the text encoder can add or drop a frame; float32
