@@ -31,6 +31,7 @@ from voicelab.voice.prompt import PromptAudio
 SENTENCES = [s.strip() + "." for s in CORPUS.split(". ") if s.strip()]
 DEFAULT_PROMPT = Path(__file__).resolve().parents[2] / "tests" / "data" / "arctic_slt_en_female.wav"
 PARAGRAPH_CHARS = 600
+MIB = 2**20
 
 
 @dataclass(frozen=True)
@@ -138,15 +139,24 @@ def run_mode(settings: Settings, mode: str, args: argparse.Namespace, prompt: Pr
         for _, voice in kinds:
             for clients in warm:
                 drive(engine, clients, 2 if args.device == "cuda" else 1, voice, args.sentences)
+        warmed = engine.allocator_stats()
+        reserved = [warmed.reserved]
         for kind, voice in kinds:
             for clients in args.concurrency:
                 started = time.perf_counter()
                 samples = drive(engine, clients, args.rounds, voice, args.sentences)
                 rows.append(summarise(mode, kind, clients, samples, time.perf_counter() - started))
                 print(format_row(rows[-1]), flush=True)
+                reserved.append(engine.allocator_stats().reserved)
             long = [timed(engine, SynthesisRequest(paragraph(), seed=k, prompt=voice)) for k in range(args.rounds)]
             ttfa = np.median([s.first_audio_s for s in long]) * 1000
             print(f"{mode:<10} {kind:<6} time to first audio, {PARAGRAPH_CHARS} characters, alone: {ttfa:.1f} ms")
+        end = engine.allocator_stats()
+        print(
+            f"{mode:<10} memory: allocated after warm-up {warmed.allocated / MIB:.1f} MiB, at the end "
+            f"{end.allocated / MIB:.1f} MiB (growth {(end.allocated - warmed.allocated) / MIB:+.2f}); reserved "
+            f"{warmed.reserved / MIB:.0f} -> max {max(reserved) / MIB:.0f} MiB"
+        )
     return rows
 
 
