@@ -200,7 +200,8 @@ class EngineCore:
                     done(i, exc)
             for job in jobs.values():
                 job.batch_size = len(requests)
-            self._run_jobs(jobs, emit, done)
+            if jobs:
+                self._run_jobs(jobs, emit, done)
 
     def _run_jobs(self, jobs: dict[int, _Job], emit: EmitBatchChunk, done: JobDone) -> None:
         """The backend's batch events routed to each job; whatever is left at the end fails with a reason."""
