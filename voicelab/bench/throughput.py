@@ -2,9 +2,10 @@
 
     python -m voicelab bench throughput --device cuda --concurrency 1,2,4,8,16 [--clone]
 
-Each mode gets its own worker process (the same as the app's), one after the other on the same device:
+Each mode gets its own worker process (the same as the app's) on the same device, both loaded at the start:
 ``sequential`` has micro-batching off (``batch_window_ms`` 0: one job on the device at a time), ``batched`` the
-configured window. At each concurrency every client sends ``--rounds`` requests back to back (closed loop) from
+configured window. Each concurrency runs in one mode right after the other (side by side, so a busy machine
+skews both alike). At each concurrency every client sends ``--rounds`` requests back to back (closed loop) from
 a fixed set of sentences, so both modes see the same work. Latency is submit to result, time to first audio
 submit to the first chunk in the client's hands (queue wait included), as a caller sees them. ``--clone`` adds
 the same with a voice prompt whose profile is cached (built once in the warm-up). Last line: the throughput
@@ -14,6 +15,7 @@ ratio at 8 clients, batched over sequential, for plain requests.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -24,8 +26,8 @@ import numpy as np
 
 from voicelab.bench.soak import CORPUS
 from voicelab.engine.client import EngineClient
-from voicelab.engine.messages import SynthesisRequest
-from voicelab.settings import Settings, from_environment
+from voicelab.engine.messages import AllocatorStats, SynthesisRequest
+from voicelab.settings import from_environment
 from voicelab.voice.prompt import PromptAudio
 
 SENTENCES = [s.strip() + "." for s in CORPUS.split(". ") if s.strip()]
@@ -127,35 +129,43 @@ def summarise(mode: str, kind: str, clients: int, samples: list[Sample], wall_s:
     )
 
 
-def run_mode(settings: Settings, mode: str, args: argparse.Namespace, prompt: PromptAudio | None) -> list[Row]:
-    """One worker for this mode; warm-up, then every concurrency for plain (and cloned) requests."""
+Kinds = list[tuple[str, PromptAudio | None]]
+
+
+def warm_up(engine: EngineClient, args: argparse.Namespace, kinds: Kinds) -> AllocatorStats:
+    """The clone profile, the allocator's first segments and, on a GPU, every batch shape once, so no measured
+    request pays for them; returns the allocator's figures after it."""
+    engine.wait_ready()
+    warm = args.concurrency if args.device == "cuda" else [max(args.concurrency)]
+    for _, voice in kinds:
+        for clients in warm:
+            drive(engine, clients, 2 if args.device == "cuda" else 1, voice, args.sentences)
+    return engine.allocator_stats()
+
+
+def run_side_by_side(engines: dict[str, EngineClient], args: argparse.Namespace, kinds: Kinds) -> list[Row]:
+    """Each concurrency in every mode, one mode right after the other, so a busy machine skews both alike."""
     rows: list[Row] = []
-    kinds: list[tuple[str, PromptAudio | None]] = [("plain", None)] + ([("cloned", prompt)] if prompt else [])
-    with EngineClient(settings) as engine:
-        engine.wait_ready()
-        # Warm-up: the clone profile, the allocator's first segments and, on a GPU, every batch shape's CUDA
-        # graphs (captured and timed on first use), so no measured request pays for them.
-        warm = args.concurrency if args.device == "cuda" else [max(args.concurrency)]
-        for _, voice in kinds:
-            for clients in warm:
-                drive(engine, clients, 2 if args.device == "cuda" else 1, voice, args.sentences)
-        warmed = engine.allocator_stats()
-        reserved = [warmed.reserved]
-        for kind, voice in kinds:
-            for clients in args.concurrency:
+    warmed = {mode: warm_up(engine, args, kinds) for mode, engine in engines.items()}
+    reserved = {mode: [stats.reserved] for mode, stats in warmed.items()}
+    for kind, voice in kinds:
+        for clients in args.concurrency:
+            for mode, engine in engines.items():
                 started = time.perf_counter()
                 samples = drive(engine, clients, args.rounds, voice, args.sentences)
                 rows.append(summarise(mode, kind, clients, samples, time.perf_counter() - started))
                 print(format_row(rows[-1]), flush=True)
-                reserved.append(engine.allocator_stats().reserved)
+                reserved[mode].append(engine.allocator_stats().reserved)
+        for mode, engine in engines.items():
             long = [timed(engine, SynthesisRequest(paragraph(), seed=k, prompt=voice)) for k in range(args.rounds)]
             ttfa = np.median([s.first_audio_s for s in long]) * 1000
             print(f"{mode:<10} {kind:<6} time to first audio, {PARAGRAPH_CHARS} characters, alone: {ttfa:.1f} ms")
-        end = engine.allocator_stats()
+    for mode, engine in engines.items():
+        before, end = warmed[mode], engine.allocator_stats()
         print(
-            f"{mode:<10} memory: allocated after warm-up {warmed.allocated / MIB:.1f} MiB, at the end "
-            f"{end.allocated / MIB:.1f} MiB (growth {(end.allocated - warmed.allocated) / MIB:+.2f}); reserved "
-            f"{warmed.reserved / MIB:.0f} -> max {max(reserved) / MIB:.0f} MiB"
+            f"{mode:<10} memory: allocated after warm-up {before.allocated / MIB:.1f} MiB, at the end "
+            f"{end.allocated / MIB:.1f} MiB (growth {(end.allocated - before.allocated) / MIB:+.2f}); reserved "
+            f"{before.reserved / MIB:.0f} -> max {max(reserved[mode]) / MIB:.0f} MiB"
         )
     return rows
 
@@ -209,9 +219,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         prompt = load_prompt(args.prompt)
     print(f"device {args.device} ({args.dtype}), backend {args.backend}, {args.rounds} requests per client")
-    print(HEADER)
-    rows = run_mode(replace(base, batch_window_ms=0.0), "sequential", args, prompt)
-    rows += run_mode(batched, "batched", args, prompt)
+    kinds: Kinds = [("plain", None)] + ([("cloned", prompt)] if prompt else [])
+    with contextlib.ExitStack() as stack:  # both workers load at once, then run side by side
+        engines = {
+            "sequential": stack.enter_context(EngineClient(replace(base, batch_window_ms=0.0))),
+            "batched": stack.enter_context(EngineClient(batched)),
+        }
+        print(HEADER)
+        rows = run_side_by_side(engines, args, kinds)
     for line in ratio_lines(rows):
         print(line)
     return 0
