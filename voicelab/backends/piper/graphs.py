@@ -212,7 +212,9 @@ class VitsGraphs:
         log.info(
             "CUDA graph %s rows=%d length=%d: eager %.2f ms, graph %.2f ms", stage, rows, length, eager_ms, graph_ms
         )
-        return _Captured(inputs, tuple(outputs), graph if kept else None, report)
+        if not kept:  # drop the graph and its buffers: this shape runs eagerly, the pool reuses the memory
+            return _Captured((), (), None, report)
+        return _Captured(inputs, tuple(outputs), graph, report)
 
 
 def _time_ms(fn: Callable[[], object]) -> float:
