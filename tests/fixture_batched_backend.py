@@ -1,13 +1,15 @@
 """A tiny backend with a batched entry point, for the engine's micro-batching tests (no model, tones).
 
 Each sentence is a tone whose pitch is set by the request's seed, so a mix-up between jobs shows in the audio.
-"fail!" in a sentence fails that request alone (as a model error would); "sleep N" sleeps N seconds when its
-round runs, which holds the device while other jobs queue. Every batch size run is recorded in a file named by
-``voice_path`` (when set), one line per batch, so a test in another process can see what the worker batched.
+"fail!" in a sentence fails that request alone (as a model error would), "crash!" kills the worker; "sleep N"
+sleeps N seconds when its round runs, which holds the device while other jobs queue. Every batch size run is
+recorded in a file named by ``voice_path`` (when set), one line per batch, so a test in another process can see
+what the worker batched.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -31,6 +33,8 @@ def sentences_of(text: str) -> list[str]:
 
 
 def sentence_tone(text: str, seed: int) -> np.ndarray:
+    if "crash!" in text:
+        os._exit(3)  # as a native-code fault would: no Python cleanup
     if "fail!" in text:
         raise BackendRuntimeError("The voice could not say this sentence.")
     match = re.search(r"sleep (\d+(?:\.\d+)?)", text)

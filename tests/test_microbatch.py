@@ -17,7 +17,7 @@ from voicelab.backends.base import Capabilities, SpeechRequest
 from voicelab.engine.client import EngineClient
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.engine.microbatch import BatchLimits, MicroBatcher
-from voicelab.errors import BackendRuntimeError
+from voicelab.errors import BackendRuntimeError, WorkerCrashedError
 from voicelab.settings import Settings
 
 WINDOW = 0.010
@@ -27,6 +27,7 @@ CAPS = Capabilities(languages=("en", "zh"), sample_rate=16000, batching=True, ba
 @dataclass
 class Queued:
     request: SynthesisRequest
+    alone: bool = False
 
 
 def queue_of(*texts: str, at: float = 100.0, **fields: object) -> deque[Queued]:
@@ -80,6 +81,17 @@ def test_the_memory_estimate_bounds_the_batch_and_the_first_job_always_goes() ->
     huge = MicroBatcher(BatchLimits(window_s=WINDOW, memory_bytes=1))
     assert len(huge.take(queue_of(text, text), CAPS)) == 1
     assert len(MicroBatcher(BatchLimits(window_s=WINDOW, max_jobs=3)).take(queue_of(*"abcde"), CAPS)) == 3
+
+
+def test_a_job_rerun_after_a_crash_in_a_batch_shares_no_batch() -> None:
+    batcher = MicroBatcher(BatchLimits(window_s=WINDOW))
+    queue = queue_of("a.", "b.", "c.")
+    queue[1].alone = True
+    assert [q.request.text for q in batcher.take(queue, CAPS)] == ["a.", "c."]
+    assert [q.request.text for q in batcher.take(queue, CAPS)] == ["b."]
+    queue = queue_of("d.", "e.")
+    queue[0].alone = True
+    assert [q.request.text for q in batcher.take(queue, CAPS)] == ["d."]
 
 
 def test_a_backend_without_a_batched_entry_point_or_a_zero_window_runs_one_at_a_time() -> None:
@@ -145,3 +157,29 @@ def test_jobs_queued_together_share_a_batch_each_with_its_chunks_in_order_and_a_
     assert batch_log.read_text().split()[0] == "3"  # all three were on the device in one batch
     speed = client.status().speed  # what the panel shows
     assert speed is not None and speed.largest_batch == 3 and speed.first_audio_last_s > 0
+
+
+def test_a_crash_in_a_batch_fails_the_job_in_flight_and_its_unfinished_batch_mates_run_again_alone() -> None:
+    settings = Settings(backend="tests.fixture_batched_backend:BatchedToneBackend", job_timeout_s=60.0)
+    with EngineClient(settings) as client:
+        client.wait_ready()
+        crash_in_a_batch(client)
+
+
+def crash_in_a_batch(client: EngineClient) -> None:
+    blocker = client.submit(SynthesisRequest("sleep 1.", seed=1))
+    deadline = time.monotonic() + 10
+    while client.status().in_flight_job != blocker.job_id:
+        assert time.monotonic() < deadline, "the first job never started"
+        time.sleep(0.01)
+    first = client.submit(SynthesisRequest("First in line.", seed=21))
+    poison = client.submit(SynthesisRequest("This one crash! the worker.", seed=22))
+    innocent = client.submit(SynthesisRequest("Innocent bystander.", seed=23))
+    blocker.result(30)
+    assert first.result(120).batch_size == 3  # answered before its batch-mate crashed the worker
+    with pytest.raises(WorkerCrashedError):
+        poison.result(120)  # the job in flight when the worker died, as without batching
+    survivor = innocent.result(120)  # run again alone on the next worker
+    assert survivor.batch_size == 1
+    np.testing.assert_allclose(survivor.audio, expected_audio("Innocent bystander.", 23), atol=1e-6)
+    assert client.status().restarts == 1

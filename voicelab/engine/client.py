@@ -1,9 +1,8 @@
 """EngineClient: the front ends' handle on an engine that runs in a worker process.
 
-It owns the bounded queue, dispatches one batch at a time (single flight: one job, or compatible jobs micro-batched
-by ``engine.microbatch``), routes each job's chunks and result back to its caller and runs controls between jobs.
-The worker's lifecycle is the ``WorkerSupervisor``'s: a crash or a timeout fails only the jobs in flight; queued
-jobs stay queued, also through a soft restart.
+Bounded queue, one batch at a time (one job, or compatible jobs micro-batched by ``engine.microbatch``), each job's
+chunks and result routed to its caller, controls between jobs. The ``WorkerSupervisor`` owns the worker: a crash
+fails only the job in flight (batch-mates run again alone), a timeout its batch; queued jobs stay queued.
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
-from voicelab.engine.jobs import ControlCall, Job, JobBatch, RestartCall, busy_error, timeout_error, with_seed
+from voicelab.engine import jobs
+from voicelab.engine.jobs import ControlCall, Job, JobBatch, RestartCall
 from voicelab.engine.messages import (
     AllocatorStats,
     ChunkReady,
@@ -81,12 +81,12 @@ class EngineClient:
 
     def submit(self, request: SynthesisRequest) -> Job:
         """Queue a job; raises EngineBusyError at once when the queue is full."""
-        job = Job(with_seed(request))
+        job = Job(jobs.with_seed(request))
         with self._lock:
             if self._stopping:
                 raise EngineStoppedError()
             if len(self._jobs) >= self.settings.queue_size:
-                raise busy_error(len(self._jobs))
+                raise jobs.busy_error(len(self._jobs))
             self._jobs.append(job)
             self._lock.notify_all()
         return job
@@ -210,13 +210,15 @@ class EngineClient:
             self._fail_all(BackendLoadError(self._worker.load_error))
 
     def _handle_dead_worker(self) -> None:
+        for message in self._worker.receive(0):  # what it sent before dying still counts (a batch-mate's result)
+            self._handle_message(message)
         with self._lock:
             in_flight, self._in_flight = self._in_flight, None
         self._worker.forget_dead()
-        if isinstance(in_flight, JobBatch):
-            with self._lock:  # jobs the worker never had (e.g. killed while idle) run on the next one
-                self._jobs.extendleft(reversed(in_flight.unaccepted()))
-        for item in in_flight.accepted_jobs() if isinstance(in_flight, JobBatch) else [in_flight] if in_flight else []:
+        failed, rerun = jobs.crash_outcome(in_flight)
+        with self._lock:
+            self._jobs.extendleft(reversed(rerun))
+        for item in failed:
             self._finish(item, error=WorkerCrashedError())
         with self._lock:
             # After a failed start, wait for work (or a restart request) instead of spinning.
@@ -300,8 +302,7 @@ class EngineClient:
                     return  # cancelled by its caller while queued
             elif self._jobs:
                 capabilities = self._worker.ready.capabilities if self._worker.ready else None
-                hold = self._batcher.hold_s(self._jobs, capabilities, time.monotonic())
-                if hold > 0:  # a moment for the other active callers' jobs to join this batch
+                if (hold := self._batcher.hold_s(self._jobs, capabilities, time.monotonic())) > 0:  # for company
                     self._lock.wait(hold)
                     return
                 item = JobBatch.start(self._batcher.take(self._jobs, capabilities))
@@ -363,7 +364,7 @@ class EngineClient:
         if self._worker.handle is not None:
             self._worker.handle.kill()
         for job in in_flight.jobs:
-            self._finish(job, error=timeout_error(self.settings.job_timeout_s))
+            self._finish(job, error=jobs.timeout_error(self.settings.job_timeout_s))
 
     def _finish(self, item: Job | ControlCall, value: Any = None, error: VoiceLabError | None = None) -> None:
         future: Future[Any] = item if isinstance(item, Job) else item.future

@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,6 +44,7 @@ class Job(Future[SynthesisResult]):
         self.request = request
         self._chunks: queue.SimpleQueue[ChunkReady | None] = queue.SimpleQueue()
         self._delivered = 0
+        self.alone = False  # run in no batch: it was in a batch whose worker crashed
         self.add_done_callback(lambda _: self._chunks.put(None))
 
     @property
@@ -109,8 +110,14 @@ class JobBatch:
     def unaccepted(self) -> list[Job]:
         return [job for job in self.jobs if job.job_id not in self.accepted]
 
-    def accepted_jobs(self) -> list[Job]:
-        return [job for job in self.jobs if job.job_id in self.accepted]
+    def after_crash(self) -> tuple[list[Job], list[Job]]:
+        """(fail, run again) after the worker died: the first job the worker had fails, as the one job in flight
+        would without batching; its batch-mates run again one at a time (a job that crashes alone fails), and
+        jobs the worker never had simply run on the next one."""
+        accepted = [job for job in self.jobs if job.job_id in self.accepted]
+        for job in accepted[1:]:
+            job.alone = True
+        return accepted[:1], [job for job in self.jobs if job not in accepted[:1]]
 
 
 @dataclass
@@ -128,3 +135,10 @@ class RestartCall:
     force: bool
     reason: str
     future: Future[RestartReport]
+
+
+def crash_outcome(in_flight: JobBatch | ControlCall | None) -> tuple[Sequence[Job | ControlCall], list[Job]]:
+    """What fails and what runs again after the worker died with ``in_flight`` (see ``JobBatch.after_crash``)."""
+    if isinstance(in_flight, JobBatch):
+        return in_flight.after_crash()
+    return ([in_flight] if in_flight is not None else []), []

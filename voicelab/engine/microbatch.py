@@ -32,6 +32,9 @@ class Queued(Protocol):
     @property
     def request(self) -> SynthesisRequest: ...
 
+    @property
+    def alone(self) -> bool: ...  # run in no batch (after a crash in one)
+
 
 Q = TypeVar("Q", bound=Queued)
 
@@ -88,7 +91,7 @@ class MicroBatcher:
 
     def hold_s(self, queue: deque[Q], capabilities: Capabilities | None, now: float) -> float:
         """How much longer the oldest job should wait for company; 0: send now."""
-        if not queue or not self.enabled(capabilities) or self.expected <= 1:
+        if not queue or not self.enabled(capabilities) or self.expected <= 1 or queue[0].alone:
             return 0.0
         assert capabilities is not None
         ready = len(self._pick(queue, capabilities))
@@ -117,11 +120,11 @@ class MicroBatcher:
     def _pick(self, queue: deque[Q], capabilities: Capabilities) -> list[int]:
         key = batch_key(queue[0].request, capabilities)
         picked, used = [0], estimate_bytes(queue[0].request, capabilities)
-        for i in range(1, len(queue)):
+        for i in range(1 if not queue[0].alone else len(queue), len(queue)):
             if len(picked) >= self.limits.max_jobs:
                 break
             request = queue[i].request
-            if batch_key(request, capabilities) != key:
+            if queue[i].alone or batch_key(request, capabilities) != key:
                 continue
             need = estimate_bytes(request, capabilities)
             if self.limits.memory_bytes and used + need > self.limits.memory_bytes:
