@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "load": "voicelab.bench.load_api",  # browser sessions, or API clients with --api
     "cosyvoice": "voicelab.bench.cosyvoice",
     "mandarin_rtf": "voicelab.bench.mandarin_rtf",  # the Mandarin voice: PyTorch vs the TFLite reference
+    "throughput": "voicelab.bench.throughput",  # concurrent clients, micro-batched vs one job at a time
 }
 EVALUATIONS: dict[str, str] = {
     "clone": "voicelab.eval.clone",

@@ -45,6 +45,11 @@ class Settings:
     torch_threads: int = 0  # 0: PyTorch's default
     worker_wait_s: float = 300.0  # how long a queued job waits for a healthy worker before it fails
     start_retries: int = 4  # further tries (with backoff) when a new worker dies while starting
+    batch_window_ms: float = 10.0  # the longest a job waits for others to share its device batch; 0: no batching
+    batch_max_jobs: int = 16  # jobs per device batch
+    batch_memory_mib: float = 4096.0  # the batch's summed memory estimate (text length x the backend's per-char)
+    cuda_graphs: bool = True  # CUDA graphs of the Piper voice's stages per shape bucket, kept where faster
+    cuda_graph_mib: float = 2048.0  # capturing stops once the graphs' memory pool has grown by this much
 
     @property
     def outputs_path(self) -> Path:

@@ -8,7 +8,7 @@ native ability. Torch-free, so the server process can read these types without l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -46,6 +46,11 @@ class Capabilities:
     dtypes: the dtypes ``load`` accepts. options: its own numeric controls.
     native_pitch_languages: languages in which it shifts pitch itself by ``SpeechRequest.style.pitch_semitones``
     (a model with an F0 input), so the engine leaves the style's pitch out of its DSP for those chunks.
+    batching: it has ``synthesize_batch`` (``BatchedBackend``): several requests in one padded device batch.
+    batch_bytes_per_char: working memory one character of text needs in a batch, for the engine's estimate of
+    how many jobs fit (0: no estimate, the job-count limit alone).
+    batch_split_options: options whose different values cannot share a batch (they change shapes); requests
+    batch together only with equal values of these.
     """
 
     languages: tuple[str, ...]
@@ -56,6 +61,9 @@ class Capabilities:
     dtypes: tuple[str, ...] = ("float32",)
     options: tuple[OptionSpec, ...] = ()
     native_pitch_languages: tuple[str, ...] = ()
+    batching: bool = False
+    batch_bytes_per_char: int = 0
+    batch_split_options: tuple[str, ...] = ()
 
     def option(self, name: str) -> OptionSpec | None:
         return next((spec for spec in self.options if spec.name == name), None)
@@ -99,6 +107,34 @@ class AudioChunk:
         return len(self.audio) / self.sample_rate
 
 
+@dataclass(frozen=True)
+class GraphBucket:
+    """One captured CUDA graph shape: its stage, rows and length, the device memory its capture added, the stage's
+    time eager and replayed (ms), and whether it is kept (only where the replay was faster)."""
+
+    stage: str
+    rows: int
+    length: int
+    bytes: int
+    eager_ms: float
+    graph_ms: float
+    kept: bool
+
+
+@dataclass(frozen=True)
+class BatchEvent:
+    """One step of a batched synthesis for the request at ``index`` of the batch.
+
+    chunk: that request's next chunk (its chunks arrive in order). error: why that request failed; the others go
+    on. last: the request is finished (after this event's chunk, if it has one); always set with an error.
+    """
+
+    index: int
+    chunk: AudioChunk | None = None
+    error: Exception | None = None
+    last: bool = False
+
+
 class MemoryGuard(Protocol):
     """How a backend runs one device batch: the engine retries ``pieces`` after an out-of-memory error."""
 
@@ -128,4 +164,15 @@ class Backend(Protocol):
 
     def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
         """Chunks whose concatenation is the whole utterance; raises InvalidTextError if nothing can be voiced."""
+        ...
+
+
+class BatchedBackend(Backend, Protocol):
+    """A backend that can also run several requests as one padded batch (``Capabilities.batching``)."""
+
+    def synthesize_batch(
+        self, requests: Sequence[SpeechRequest], guard: MemoryGuard = run_plainly
+    ) -> Iterator[BatchEvent]:
+        """Events for every request; each request's chunks equal (within float tolerance) what ``synthesize``
+        yields for it alone, and one request's failure is its own ``BatchEvent.error``."""
         ...

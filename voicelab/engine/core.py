@@ -5,19 +5,28 @@ The process wrapper (proc.py) adds spawn, the READY handshake and pipes around i
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from voicelab.backends.base import AudioChunk, Backend, Capabilities, SpeechRequest, run_plainly
+from voicelab.backends.base import (
+    AudioChunk,
+    Backend,
+    BatchedBackend,
+    Capabilities,
+    GraphBucket,
+    SpeechRequest,
+    run_plainly,
+)
 from voicelab.backends.registry import create_backend
 from voicelab.backends.scripts import languages_in
 from voicelab.engine import heap, memory
@@ -33,13 +42,31 @@ from voicelab.engine.messages import (
 )
 from voicelab.engine.validation import AUTO_LANGUAGE, validate_request
 from voicelab.engine.voicing import VoicePlan, VoiceStage
-from voicelab.errors import BackendLoadError
+from voicelab.errors import BackendLoadError, BackendRuntimeError
 from voicelab.settings import Settings
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 EmitChunk = Callable[[AudioChunk, float], None]  # a chunk and the seconds since the job started
+EmitBatchChunk = Callable[[int, AudioChunk, float], None]  # the job's place in its batch, a chunk, the seconds
+JobDone = Callable[[int, "SynthesisResult | Exception"], None]  # the job's place in its batch and how it ended
+
+
+@dataclass
+class _Job:
+    """One job while it runs: its validated request, voicing plan and the audio so far."""
+
+    request: SynthesisRequest
+    seed: int
+    languages: tuple[str, ...]
+    plan: VoicePlan
+    started: float
+    drafts: list[np.ndarray] = field(default_factory=list)
+    outputs: list[np.ndarray] = field(default_factory=list)
+    first_audio_s: float = 0.0
+    batch_size: int = 1
+
 
 WARMUP_TEXTS = {"en": "Warming up.", "zh": "预热一下。"}
 DTYPES = ("float32", "bfloat16", "float16")
@@ -144,51 +171,125 @@ class EngineCore:
         """Validate, voice and synthesise one request; ``emit`` gets each finished chunk as it is ready."""
         started = time.perf_counter()
         self._ensure_loaded()
+        memory.reset_peak(self.device)
+        with self.grad_mode():
+            job = self._prepare(request, started)
+            for chunk in self._chunks(job.plan):
+                self._take(job, chunk, emit)
+            return self._result(job)
+
+    def run_batch(self, requests: Sequence[SynthesisRequest], emit: EmitBatchChunk, done: JobDone) -> None:
+        """Several jobs as one padded batch where the backend can (``Capabilities.batching``), else one by one.
+
+        ``emit(i, chunk, elapsed)`` gets job i's chunks in order; ``done(i, result_or_error)`` is called exactly
+        once per job, as soon as that job is finished (a short job does not wait for a long one). A job that
+        fails (bad text, an unreadable prompt, its own model error) fails alone.
+        """
+        batched = self.capabilities.batching and hasattr(self.backend, "synthesize_batch")
+        if len(requests) == 1 or not batched:
+            for i, request in enumerate(requests):
+                try:
+                    done(i, self.run(request, functools.partial(emit, i)))
+                except Exception as exc:
+                    done(i, exc)
+            return
+        started = time.perf_counter()
+        self._ensure_loaded()
+        memory.reset_peak(self.device)
+        with self.grad_mode():
+            jobs: dict[int, _Job] = {}
+            for i, request in enumerate(requests):
+                try:
+                    jobs[i] = self._prepare(request, started)
+                except Exception as exc:
+                    done(i, exc)
+            for job in jobs.values():
+                job.batch_size = len(requests)
+            if jobs:
+                self._run_jobs(jobs, emit, done)
+
+    def _run_jobs(self, jobs: dict[int, _Job], emit: EmitBatchChunk, done: JobDone) -> None:
+        """The backend's batch events routed to each job; whatever is left at the end fails with a reason."""
+        order = list(jobs)
+        batched: BatchedBackend = self.backend  # type: ignore[assignment]
+        events = batched.synthesize_batch([jobs[i].plan.speech for i in order], self._guard)
+        try:
+            for event in events:
+                i = order[event.index]
+                job = jobs.get(i)
+                if job is None:
+                    continue
+                try:
+                    if event.error is not None:
+                        raise event.error
+                    if event.chunk is not None:
+                        self._take(job, event.chunk, functools.partial(emit, i))
+                    if event.last:
+                        del jobs[i]
+                        done(i, self._result(job))
+                except Exception as exc:
+                    jobs.pop(i, None)
+                    done(i, exc)
+        except Exception as exc:  # the batch as a whole broke: every job still running shares the error
+            for i in list(jobs):
+                done(i, exc)
+            return
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+        for i in jobs:
+            done(i, BackendRuntimeError("The voice stopped before finishing this text; please try again."))
+
+    def _prepare(self, request: SynthesisRequest, started: float) -> _Job:
+        """Validate once, fix the seed and languages, and plan the voicing (profile built or found)."""
         request = validate_request(request, self.capabilities, self.settings.max_text_chars)
         seed = request.seed if request.seed is not None else secrets.randbelow(2**31)
         languages = self.languages_of(request)
         if len(self.capabilities.languages) == 1:
             request = replace(request, language=languages[0])
-        memory.reset_peak(self.device)
-        drafts: list[np.ndarray] = []
-        outputs: list[np.ndarray] = []
-        first_audio_s = 0.0
-        with self.grad_mode():
-            plan = self.voice.plan(request, languages, seed, self.capabilities, self._calibration)
-            for chunk in self._chunks(plan):
-                drafts.append(chunk.audio)
-                rendered = plan.render(chunk.audio, chunk.sample_rate, chunk.language)
-                voiced = np.clip(rendered, -1.0, 1.0).astype(np.float32)
-                outputs.append(voiced)
-                elapsed = time.perf_counter() - started
-                first_audio_s = first_audio_s or elapsed
-                if emit is not None:
-                    emit(replace(chunk, audio=voiced), elapsed)
-            audio, sample_rate = join_chunks(outputs), self.capabilities.sample_rate
-            draft = join_chunks(drafts)
-            scores = self.voice.scores(draft, audio, sample_rate, plan)
-            style_check = self.voice.style_check(draft, audio, sample_rate, plan, self._calibration)
+        plan = self.voice.plan(request, languages, seed, self.capabilities, self._calibration)
+        return _Job(request, seed, languages, plan, started)
+
+    def _take(self, job: _Job, chunk: AudioChunk, emit: EmitChunk | None) -> None:
+        """Voice one chunk (matching, styling) and pass it on at once."""
+        job.drafts.append(chunk.audio)
+        rendered = job.plan.render(chunk.audio, chunk.sample_rate, chunk.language)
+        voiced = np.clip(rendered, -1.0, 1.0).astype(np.float32)
+        job.outputs.append(voiced)
+        elapsed = time.perf_counter() - job.started
+        job.first_audio_s = job.first_audio_s or elapsed
+        if emit is not None:
+            emit(replace(chunk, audio=voiced), elapsed)
+
+    def _result(self, job: _Job) -> SynthesisResult:
+        request, sample_rate = job.request, self.capabilities.sample_rate
+        audio = join_chunks(job.outputs)
+        draft = join_chunks(job.drafts)
+        scores = self.voice.scores(draft, audio, sample_rate, job.plan)
+        style_check = self.voice.style_check(draft, audio, sample_rate, job.plan, self._calibration)
         return SynthesisResult(
             job_id=request.job_id,
             audio=audio,
             sample_rate=sample_rate,
-            latency_s=time.perf_counter() - started,
+            latency_s=time.perf_counter() - job.started,
             backend=self.backend.name,
             device=self.device,
             dtype=self.dtype,
-            first_audio_s=first_audio_s,
-            chunks=len(outputs),
-            language="+".join(languages),
+            first_audio_s=job.first_audio_s,
+            chunks=len(job.outputs),
+            language="+".join(job.languages),
             peak_allocated_bytes=memory.allocator_stats(self.device).peak_allocated,
             similarity=scores.similarity if scores else None,
             similarity_base=scores.similarity_base if scores else None,
             f0_prompt_hz=scores.f0_prompt_hz if scores else None,
             f0_output_hz=scores.f0_output_hz if scores else None,
             style=request.style,
-            seed=seed,
+            seed=job.seed,
             notices=request.prompt.notices if request.prompt else (),
             profile_cache=self.voice.cache_stats(),
             style_check=style_check,
+            batch_size=job.batch_size,
         )
 
     def languages_of(self, request: SynthesisRequest) -> tuple[str, ...]:
@@ -216,6 +317,11 @@ class EngineCore:
 
     def _guard(self, full: Callable[[], T], pieces: Callable[[], T]) -> T:
         return memory.run_with_oom_retry(full, pieces, lambda: self.clean_cache(False))
+
+    def graph_buckets(self) -> tuple[GraphBucket, ...]:
+        """The backend's CUDA graph buckets, if it captures any (for the panel)."""
+        report: Callable[[], tuple[GraphBucket, ...]] = getattr(self.backend, "graph_buckets", tuple)
+        return report()
 
     def stats(self) -> AllocatorStats:
         """For the heartbeat and control requests; job-side hygiene uses its own monitor so no delta is lost."""

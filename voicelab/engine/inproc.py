@@ -105,6 +105,8 @@ class InprocClient:
                 profile_cache=self.core.voice.cache_stats(),
                 model_loaded=self.core.loaded,
                 worker_uptime_s=time.monotonic() - self._started,
+                speed=self._counters.speed(),
+                graphs=self.core.graph_buckets(),
             )
 
     def queue_view(self) -> QueueView:
@@ -172,10 +174,11 @@ class InprocClient:
         waited = time.monotonic() - job.request.submitted_at
         try:
             result = self.core.run(job.request, emit)
-            job.set_result(replace(result, queue_wait_s=waited))
-            self._counters.completed += 1
+            result = replace(result, queue_wait_s=waited)
+            job.set_result(result)
+            self._counters.finished(result)
         except BaseException as exc:
-            self._counters.failed += 1
+            self._counters.finished(None)
             job.set_exception(exc)
         finally:
             with self._lock:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import queue
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from voicelab.engine.messages import ChunkReady, ControlRequest, SynthesisRequest, SynthesisResult
+from voicelab.engine.messages import ChunkReady, ControlRequest, SynthesisBatch, SynthesisRequest, SynthesisResult
 from voicelab.engine.status import RestartReport
 from voicelab.errors import EngineBusyError, JobTimeoutError
 
@@ -26,6 +26,12 @@ def busy_error(waiting: int) -> EngineBusyError:
     return EngineBusyError(f"The engine is busy: {waiting} jobs are already waiting. Please try again in a moment.")
 
 
+def timeout_error(limit_s: float) -> JobTimeoutError:
+    return JobTimeoutError(
+        f"Generation took longer than {limit_s:.0f} s and was stopped; the engine was restarted. Try shorter text."
+    )
+
+
 class Job(Future[SynthesisResult]):
     """``result()`` waits for the whole job; ``chunks()`` yields each piece of audio first, in order.
 
@@ -38,6 +44,7 @@ class Job(Future[SynthesisResult]):
         self.request = request
         self._chunks: queue.SimpleQueue[ChunkReady | None] = queue.SimpleQueue()
         self._delivered = 0
+        self.alone = False  # run in no batch: it was in a batch whose worker crashed
         self.add_done_callback(lambda _: self._chunks.put(None))
 
     @property
@@ -64,6 +71,22 @@ class Job(Future[SynthesisResult]):
                 self.result(0)  # raises the job's error, if any
                 return
             yield item
+
+
+def batch_message(jobs: Sequence[Job]) -> SynthesisRequest | SynthesisBatch:
+    """What a worker is sent for the jobs it takes at once: a lone job as itself, several as one batch."""
+    if len(jobs) == 1:
+        return jobs[0].request
+    return SynthesisBatch(tuple(job.request for job in jobs))
+
+
+def after_crash(accepted: Sequence[Job]) -> tuple[list[Job], list[Job]]:
+    """(fail, run again) of the jobs a dead worker had accepted and not answered, in batch order: the first
+    fails, as the one job in flight would without batching; its batch-mates run again each alone (a job that
+    crashes a worker alone fails). Jobs the worker never had are not here: they simply run elsewhere."""
+    for job in accepted[1:]:
+        job.alone = True
+    return list(accepted[:1]), list(accepted[1:])
 
 
 @dataclass

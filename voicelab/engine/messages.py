@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from voicelab.backends.base import AudioChunk, Capabilities
+from voicelab.backends.base import AudioChunk, Capabilities, GraphBucket
 from voicelab.instruct.check import StyleCheck
 from voicelab.instruct.style import Style
 from voicelab.voice.cache import ProfileCacheStats
@@ -51,6 +51,13 @@ class SynthesisRequest:
 
 
 @dataclass(frozen=True)
+class SynthesisBatch:
+    """Compatible jobs the worker runs as one padded batch; each still gets its own chunks and result."""
+
+    requests: tuple[SynthesisRequest, ...]
+
+
+@dataclass(frozen=True)
 class ChunkReady:
     """A piece of a job's audio, sent as soon as it is ready (``index`` counts from 0, in order)."""
 
@@ -66,6 +73,7 @@ class SynthesisResult:
 
     first_audio_s: from the job's start on the worker to its first chunk (time to first audio).
     similarity_base: the backend voice before matching (``None`` when the backend clones natively).
+    batch_size: how many jobs ran in the device batch this one was part of (1: alone).
     """
 
     job_id: str
@@ -89,6 +97,7 @@ class SynthesisResult:
     notices: tuple[str, ...] = ()
     profile_cache: ProfileCacheStats | None = None
     style_check: StyleCheck | None = None  # requested vs measured style figures (engine-rendered styles only)
+    batch_size: int = 1
 
     @property
     def duration_s(self) -> float:
@@ -110,6 +119,7 @@ class SynthesisResult:
             "chunks": self.chunks,
             "rtf": round(self.rtf, 4),
             "queue_wait_s": round(self.queue_wait_s, 4),
+            "batch_size": self.batch_size,
             "backend": self.backend,
             "language": self.language,
             "device": self.device,
@@ -251,3 +261,4 @@ class Heartbeat:
     leak_warning: str | None = None
     profile_cache: ProfileCacheStats | None = None
     model_loaded: bool = True
+    graphs: tuple[GraphBucket, ...] = ()  # the backend's CUDA graph buckets (sizes, memory, kept or not)

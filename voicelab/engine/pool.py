@@ -69,7 +69,7 @@ class JobPool:
         ``take`` picks from the jobs routing places on this worker, in queue order, popping what it runs: the
         first one by default; a micro-batcher may take several compatible ones to send as one batch.
         """
-        routed = deque(job for job in self.jobs if choose_worker(self.loads(job.request)) == index)
+        routed = self.routed_for(index)
         chosen = (take or take_first)(routed) if routed else []
         started = []
         for job in chosen:
@@ -77,6 +77,10 @@ class JobPool:
             if job.running() or job.set_running_or_notify_cancel():  # else cancelled by its caller while queued
                 started.append(job)
         return started
+
+    def routed_for(self, index: int) -> deque[Job]:
+        """The queued jobs routing places on worker ``index`` now, in queue order (caller holds the lock)."""
+        return deque(job for job in self.jobs if choose_worker(self.loads(job.request)) == index)
 
     def requeue(self, jobs: Sequence[Job]) -> None:
         """Jobs a worker had not started go back to the head of the queue, in their order."""
@@ -90,10 +94,7 @@ class JobPool:
             return
         if isinstance(item, Job):
             with self.lock:
-                if error is None:
-                    self.counters.completed += 1
-                else:
-                    self.counters.failed += 1
+                self.counters.finished(value if error is None else None)
         if error is not None:
             future.set_exception(error)
         else:

@@ -1,6 +1,7 @@
 """The worker process: spawn, READY handshake, a pipe, a heartbeat thread around EngineCore.
 
-Nothing here touches the model directly; EngineCore does. The worker is *spawned* (never forked) so it
+Nothing here touches the model directly; EngineCore does. A ``SynthesisBatch`` runs as one padded batch;
+each of its jobs is acknowledged, streamed and answered under its own id. The worker is *spawned* (never forked) so it
 starts with a clean CUDA state and can be replaced without restarting the UI.
 """
 
@@ -25,7 +26,9 @@ from voicelab.engine.messages import (
     ErrorReply,
     Heartbeat,
     JobAccepted,
+    SynthesisBatch,
     SynthesisRequest,
+    SynthesisResult,
 )
 from voicelab.errors import VoiceLabError
 from voicelab.settings import Settings
@@ -59,6 +62,7 @@ def _heartbeat_loop(core: EngineCore, sender: _Sender, stop: threading.Event) ->
                     leak_warning=core.leak_warning,
                     model_loaded=core.loaded,
                     profile_cache=core.voice.cache_stats(),
+                    graphs=core.graph_buckets(),
                 )
             )
         except (OSError, EOFError, BrokenPipeError):
@@ -109,8 +113,8 @@ def _serve(conn: Connection, core: EngineCore, sender: _Sender) -> None:
             message = conn.recv()
         except (EOFError, OSError):
             return
-        if isinstance(message, SynthesisRequest):
-            _run_job(core, sender, message)
+        if isinstance(message, SynthesisRequest | SynthesisBatch):
+            _run_jobs(core, sender, message.requests if isinstance(message, SynthesisBatch) else (message,))
             report = core.after_job()
             if report is not None:
                 sender.send(ControlReply("auto-clean", report))
@@ -123,20 +127,34 @@ def _serve(conn: Connection, core: EngineCore, sender: _Sender) -> None:
                 return
 
 
-def _run_job(core: EngineCore, sender: _Sender, request: SynthesisRequest) -> None:
-    """Acknowledge, stream each chunk as it is ready, then the result (or the error)."""
-    sender.send(JobAccepted(request.job_id))
-    index = 0
+def _run_jobs(core: EngineCore, sender: _Sender, requests: tuple[SynthesisRequest, ...]) -> None:
+    """Acknowledge every job, stream each one's chunks as they are ready, then each one's result or error."""
+    for request in requests:
+        sender.send(JobAccepted(request.job_id))
+    sent = [0] * len(requests)
 
-    def emit(chunk: AudioChunk, elapsed_s: float) -> None:
-        nonlocal index
-        sender.send(ChunkReady(request.job_id, index, chunk, elapsed_s))
-        index += 1
+    def emit(i: int, chunk: AudioChunk, elapsed_s: float) -> None:
+        sender.send(ChunkReady(requests[i].job_id, sent[i], chunk, elapsed_s))
+        sent[i] += 1
+
+    def done(i: int, outcome: SynthesisResult | BaseException) -> None:
+        if isinstance(outcome, SynthesisResult):
+            sender.send(outcome)
+        else:
+            sender.send(_reply_error(requests[i].job_id, outcome))
+
+    finished: set[int] = set()
+
+    def done_once(i: int, outcome: SynthesisResult | BaseException) -> None:
+        if i not in finished:
+            finished.add(i)
+            done(i, outcome)
 
     try:
-        sender.send(core.run(request, emit))
-    except BaseException as exc:
-        sender.send(_reply_error(request.job_id, exc))
+        core.run_batch(requests, emit, done_once)
+    except BaseException as exc:  # the caller of every unfinished job must still hear why
+        for i in range(len(requests)):
+            done_once(i, exc)
 
 
 @dataclass

@@ -4,6 +4,9 @@ The thread pulls jobs from the shared ``JobPool`` while its worker is healthy, r
 replies back to each caller and runs this device's controls between jobs. A crash, a timeout or a restart here
 touches only this device's jobs: the one the worker had accepted fails (or, when forced, runs again); the ones
 it had not started go back to the shared queue, where the other devices take them.
+
+Each slot micro-batches (``engine.microbatch``): it takes the compatible jobs routed to it, in queue order, and
+sends them as one batch; after a crash its unanswered batch-mates run again alone, a timeout fails the batch.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from voicelab.engine.jobs import ControlCall, Job, RestartCall
+from voicelab.backends.base import Capabilities
+from voicelab.engine.jobs import ControlCall, Job, RestartCall, after_crash, batch_message, timeout_error
 from voicelab.engine.messages import (
     AllocatorStats,
     ChunkReady,
@@ -29,18 +33,19 @@ from voicelab.engine.messages import (
     JobAccepted,
     SynthesisResult,
 )
-from voicelab.engine.pool import JobPool, TakeJobs, take_first
+from voicelab.engine.microbatch import MicroBatcher, limits_from
+from voicelab.engine.pool import JobPool, TakeJobs
 from voicelab.engine.proc import WorkerHandle
 from voicelab.engine.routing import ProfileMirror, WorkerLoad
 from voicelab.engine.status import RestartReport, WorkerFigures, WorkerStatus
 from voicelab.engine.supervisor import BACKOFF_MAX_S, POLL_S, WorkerSupervisor
-from voicelab.errors import BackendLoadError, JobTimeoutError, VoiceLabError, WorkerCrashedError, error_from_name
+from voicelab.errors import BackendLoadError, VoiceLabError, WorkerCrashedError, error_from_name
 from voicelab.settings import Settings
 
 log = logging.getLogger(__name__)
 
 AUTO_CLEAN_ID = "auto-clean"
-JOBS_PER_WORKER = 1  # single flight per device; micro-batching inside the worker may raise it
+JOBS_PER_WORKER = 1  # single flight per device: one job, or one micro-batch, at a time
 GAVE_UP_PAUSE_S = 60.0  # a device whose new workers kept dying tries again after this, work waiting or not
 
 
@@ -77,9 +82,10 @@ class WorkerSlot:
         self.last_dispatch = 0.0
         self._gave_up_at = 0.0
         self._on_stats = on_stats
-        # The seam for micro-batching in the worker: which routed jobs go at once, and the message that sends them.
-        self.take: TakeJobs = take_first
-        self.message_for: Callable[[list[Job]], Any] = lambda jobs: jobs[0].request
+        # Micro-batching: which routed jobs go at once, and the message that sends them.
+        self.batcher = MicroBatcher(limits_from(settings))
+        self.take: TakeJobs = lambda routed: self.batcher.take(routed, self.capabilities())
+        self.message_for: Callable[[list[Job]], Any] = batch_message
         self.thread = threading.Thread(target=self._run, name=f"voicelab-worker-{index}", daemon=True)
 
     # ---- reads (any thread, under the pool's lock) ----
@@ -104,6 +110,9 @@ class WorkerSlot:
             holds_profile=self.profiles.holds(prompt_sha),
             last_dispatch=self.last_dispatch,
         )
+
+    def capabilities(self) -> Capabilities | None:
+        return self.supervisor.ready.capabilities if self.supervisor.ready is not None else None
 
     def state(self) -> str:
         if self.restart is not None and self.supervisor.ready is not None:
@@ -133,6 +142,7 @@ class WorkerSlot:
             profile_cache=figures.profile_cache,
             model_loaded=figures.model_loaded,
             uptime_s=sup.uptime_s(),
+            graphs=figures.graphs,
         )
 
     def wanted(self) -> bool:
@@ -188,15 +198,17 @@ class WorkerSlot:
             self.pool.fail_queued(BackendLoadError(sup.load_error))
 
     def _handle_dead(self) -> None:
+        for message in self.supervisor.receive(0):  # what it sent before dying still counts (a batch-mate's result)
+            self._handle_message(message)
         with self.pool.lock:
             flights, self.in_flight = list(self.in_flight.values()), {}
             control, self.control = self.control, None
             self.profiles.clear()
         self.supervisor.forget_dead()
-        self.pool.requeue([f.job for f in flights if not f.accepted_at])  # never started here: others run them
-        for flight in flights:
-            if flight.accepted_at:
-                self._finish(flight.job, error=WorkerCrashedError())
+        failed, rerun = after_crash([f.job for f in flights if f.accepted_at])
+        self.pool.requeue([*rerun, *(f.job for f in flights if not f.accepted_at)])  # never started here: anywhere
+        for job in failed:
+            self._finish(job, error=WorkerCrashedError())
         if control is not None:
             self._finish(control, error=WorkerCrashedError())
         with self.pool.lock:
@@ -270,6 +282,10 @@ class WorkerSlot:
                     return
                 message = self.control.request
             elif self.control is None and self.restart is None and len(self.in_flight) < JOBS_PER_WORKER:
+                routed, now = self.pool.routed_for(self.index), time.monotonic()
+                if (hold := self.batcher.hold_s(routed, self.capabilities(), now)) > 0:  # a moment for company
+                    self.pool.lock.wait(hold)
+                    return
                 jobs = self.pool.take_for(self.index, self.take)
                 for job in jobs:
                     self._place(job)
@@ -310,6 +326,8 @@ class WorkerSlot:
         request_id = message.job_id if isinstance(message, SynthesisResult) else message.request_id
         with self.pool.lock:
             flight = self.in_flight.pop(request_id, None)
+            if flight is not None and not self.in_flight:  # the last of its batch: the device is free
+                self.batcher.device_free(time.monotonic())
             control = None
             if flight is None and self.control is not None and self.control.request.request_id == request_id:
                 control, self.control = self.control, None
@@ -335,19 +353,13 @@ class WorkerSlot:
         overdue = [f for f in self.in_flight.values() if self.supervisor.overdue(f.accepted_at or f.sent_at)]
         if not overdue:
             return
-        job = overdue[0].job
-        log.error("job %s timed out on %s; replacing the worker", job.job_id, self.device)
-        with self.pool.lock:
-            del self.in_flight[job.job_id]
+        log.error("job %s timed out on %s; replacing the worker", overdue[0].job.job_id, self.device)
+        with self.pool.lock:  # the worker is killed: its whole batch stops with it
+            flights, self.in_flight = list(self.in_flight.values()), {}
         if self.supervisor.handle is not None:
             self.supervisor.handle.kill()
-        self._finish(
-            job,
-            error=JobTimeoutError(
-                f"Generation took longer than {self.settings.job_timeout_s:.0f} s and was stopped; "
-                "the engine was restarted. Try shorter text."
-            ),
-        )
+        for flight in flights:
+            self._finish(flight.job, error=timeout_error(self.settings.job_timeout_s))
 
     def _finish(self, item: Job | ControlCall, value: Any = None, error: VoiceLabError | None = None) -> None:
         if isinstance(item, Job) and not item.done():

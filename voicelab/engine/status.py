@@ -6,12 +6,22 @@ With several devices each worker has its own ``WorkerStatus``; ``EngineStatus`` 
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from voicelab.engine.messages import AllocatorStats, CleanReport, Heartbeat, SynthesisRequest, WorkerReady
+from voicelab.backends.base import GraphBucket
+from voicelab.engine.messages import (
+    AllocatorStats,
+    CleanReport,
+    Heartbeat,
+    SynthesisRequest,
+    SynthesisResult,
+    WorkerReady,
+)
 from voicelab.voice.cache import ProfileCacheStats
 
 
@@ -52,6 +62,7 @@ class WorkerStatus:
     profile_cache: ProfileCacheStats | None
     model_loaded: bool
     uptime_s: float | None
+    graphs: tuple[GraphBucket, ...] = ()  # this worker's CUDA graph buckets (from its heartbeats)
 
     @property
     def ready(self) -> bool:
@@ -83,6 +94,8 @@ class EngineStatus:
     model_loaded: bool = True
     worker_uptime_s: float | None = None
     workers: tuple[WorkerStatus, ...] = ()
+    speed: JobSpeed | None = None
+    graphs: tuple[GraphBucket, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,12 +127,40 @@ class QueueView:
         return self.queued.index(job_id) + (1 if self.in_flight_text else 0)
 
 
+@dataclass(frozen=True)
+class JobSpeed:
+    """Recent jobs as callers felt them: time to first audio (queue wait included) and device batch sizes."""
+
+    jobs: int
+    first_audio_p50_s: float
+    first_audio_last_s: float
+    mean_batch: float
+    largest_batch: int
+
+
 @dataclass
 class JobCounters:
-    """Jobs finished by outcome (one counter per fact; restarts are the supervisor's)."""
+    """Jobs finished by outcome (one counter per fact; restarts are the supervisor's), and the recent ones' speed."""
 
     completed: int = 0
     failed: int = 0
+    recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=200))
+
+    def finished(self, result: SynthesisResult | None) -> None:
+        """Count one job: a result (completed) or None (failed)."""
+        if result is None:
+            self.failed += 1
+            return
+        self.completed += 1
+        self.recent.append((result.first_audio_s + result.queue_wait_s, result.batch_size))
+
+    def speed(self) -> JobSpeed | None:
+        recent = list(self.recent)
+        if not recent:
+            return None
+        sizes = [size for _, size in recent]
+        first = statistics.median(t for t, _ in recent)
+        return JobSpeed(len(recent), first, recent[-1][0], statistics.fmean(sizes), max(sizes))
 
 
 def engine_status(workers: Sequence[WorkerStatus], queue_length: int, counters: JobCounters) -> EngineStatus:
@@ -147,6 +188,8 @@ def engine_status(workers: Sequence[WorkerStatus], queue_length: int, counters: 
         model_loaded=primary.model_loaded,
         worker_uptime_s=primary.uptime_s,
         workers=tuple(workers),
+        speed=counters.speed(),
+        graphs=primary.graphs,
     )
 
 
@@ -215,12 +258,14 @@ class WorkerFigures:
         self.leak_warning: str | None = None
         self.profile_cache: ProfileCacheStats | None = None
         self.model_loaded = True
+        self.graphs: tuple[GraphBucket, ...] = ()
 
     def record_heartbeat(self, beat: Heartbeat) -> None:
         self.heartbeat_at = time.monotonic()
         self.leak_warning = beat.leak_warning
         self.profile_cache = beat.profile_cache
         self.model_loaded = beat.model_loaded
+        self.graphs = beat.graphs
 
     def heartbeat_age_s(self) -> float | None:
         return time.monotonic() - self.heartbeat_at if self.heartbeat_at else None

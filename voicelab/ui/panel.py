@@ -155,6 +155,24 @@ def _engine_line(status: EngineStatus, view: QueueView) -> str:
     )
 
 
+def speed_line(status: EngineStatus) -> str:
+    """Recent jobs' time to first audio and batch sizes, and the CUDA graph buckets with their memory."""
+    parts = []
+    speed = status.speed
+    if speed is not None:
+        parts.append(
+            f"time to first audio {speed.first_audio_p50_s * 1000:.0f} ms median of {speed.jobs} "
+            f"(last {speed.first_audio_last_s * 1000:.0f} ms) · batch {speed.mean_batch:.1f} mean, "
+            f"{speed.largest_batch} largest"
+        )
+    if status.graphs:
+        kept = [b for b in status.graphs if b.kept]
+        shapes = ", ".join(f"{b.stage} {b.rows}x{b.length}" for b in kept) or "none faster than eager"
+        memory = format_bytes(sum(b.bytes for b in status.graphs))
+        parts.append(f"CUDA graphs {len(kept)}/{len(status.graphs)} kept ({shapes}) · {memory}")
+    return " · ".join(parts)
+
+
 class ResourcePanel:
     """Handlers of the panel; cheap reads on every tick, worker round-trips only on button presses."""
 
@@ -185,6 +203,7 @@ class ResourcePanel:
         return (
             f'<div class="vl-panel" data-updated="{updated}">{"".join(_bars(sample, stats, on_cpu))}{warning}'
             f'{cpu_note}<p class="vl-muted" id="panel-engine-line">{html.escape(_engine_line(status, view))}</p>'
+            f'<p class="vl-muted vl-speed">{html.escape(speed_line(status))}</p>'
             f'<div class="vl-summary">{figures}</div><p class="vl-muted">updated {updated}</p></div>'
         )
 

@@ -10,17 +10,27 @@ silence where a run ends a sentence. An explicit language sends the whole text t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from math import gcd
 
 import numpy as np
 from scipy.signal import resample_poly
 
-from voicelab.backends.base import AudioChunk, Backend, Capabilities, MemoryGuard, SpeechRequest, run_plainly
+from voicelab.backends.base import (
+    AudioChunk,
+    Backend,
+    BatchEvent,
+    Capabilities,
+    GraphBucket,
+    MemoryGuard,
+    SpeechRequest,
+    run_plainly,
+)
 from voicelab.backends.mandarin.backend import MandarinBackend
-from voicelab.backends.piper.backend import PiperBackend
+from voicelab.backends.piper.backend import from_settings as piper_from_settings
 from voicelab.backends.scripts import Run, split_runs
+from voicelab.errors import VoiceLabError
 from voicelab.settings import Settings
 
 RUN_GAP_S = 0.08  # between runs of different languages inside one sentence
@@ -46,6 +56,8 @@ class BuiltinVoices:
             dtypes=dtypes,
             options=tuple(o for p in parts for o in p.options),
             native_pitch_languages=tuple(lang for p in parts for lang in p.native_pitch_languages),
+            batching=any(p.batching for p in parts),
+            batch_bytes_per_char=max(p.batch_bytes_per_char for p in parts),
         )
 
     def load(self, device: str, dtype: str) -> None:
@@ -66,8 +78,7 @@ class BuiltinVoices:
         previous = ""
         for run in self.runs(request):
             voice = self.voices[run.language]
-            options = {k: v for k, v in request.options.items() if voice.capabilities.option(k) is not None}
-            speech = replace(request, text=run.text, language=run.language, options=options)
+            speech = self._speech_for(request, run.language, run.text)
             for index, chunk in enumerate(voice.synthesize(speech, guard)):
                 audio = self._resampled(chunk)
                 if index == 0 and previous:
@@ -75,6 +86,52 @@ class BuiltinVoices:
                     audio = np.concatenate([np.zeros(round(gap_s * self.sample_rate), np.float32), audio])
                 yield AudioChunk(audio, self.sample_rate, chunk.text, run.language)
             previous = run.text
+
+    def synthesize_batch(
+        self, requests: Sequence[SpeechRequest], guard: MemoryGuard = run_plainly
+    ) -> Iterator[BatchEvent]:
+        """Requests spoken wholly by one batching voice go to it as one batch; the rest run one at a time."""
+        batches: dict[str, list[int]] = {}
+        alone: list[int] = []
+        for index, request in enumerate(requests):
+            try:
+                runs = self.runs(request)
+            except VoiceLabError as exc:
+                yield BatchEvent(index, error=exc, last=True)
+                continue
+            voice = self.voices[runs[0].language] if len(runs) == 1 else None
+            if voice is not None and voice.capabilities.batching and hasattr(voice, "synthesize_batch"):
+                batches.setdefault(runs[0].language, []).append(index)
+            else:
+                alone.append(index)
+        for language, indices in batches.items():
+            voice = self.voices[language]
+            speeches = [self._speech_for(requests[i], language, requests[i].text) for i in indices]
+            for event in voice.synthesize_batch(speeches, guard):  # type: ignore[attr-defined]
+                chunk = event.chunk
+                if chunk is not None:
+                    chunk = AudioChunk(self._resampled(chunk), self.sample_rate, chunk.text, language)
+                yield BatchEvent(indices[event.index], chunk, event.error, event.last)
+        for index in alone:
+            yield from self._alone(index, requests[index], guard)
+
+    def _alone(self, index: int, request: SpeechRequest, guard: MemoryGuard) -> Iterator[BatchEvent]:
+        try:
+            for chunk in self.synthesize(request, guard):
+                yield BatchEvent(index, chunk)
+        except Exception as exc:  # this request's own failure
+            yield BatchEvent(index, error=exc, last=True)
+            return
+        yield BatchEvent(index, last=True)
+
+    def _speech_for(self, request: SpeechRequest, language: str, text: str) -> SpeechRequest:
+        voice = self.voices[language]
+        options = {k: v for k, v in request.options.items() if voice.capabilities.option(k) is not None}
+        return replace(request, text=text, language=language, options=options)
+
+    def graph_buckets(self) -> tuple[GraphBucket, ...]:
+        """Every voice's captured CUDA graph buckets."""
+        return tuple(b for voice in self.voices.values() for b in getattr(voice, "graph_buckets", tuple)())
 
     def _resampled(self, chunk: AudioChunk) -> np.ndarray:
         if chunk.sample_rate == self.sample_rate:
@@ -86,4 +143,4 @@ class BuiltinVoices:
 
 def create(settings: Settings) -> BuiltinVoices:
     """English from ``--voice-path`` (the built-in Joe voice when empty) and the built-in Mandarin voice."""
-    return BuiltinVoices({"en": PiperBackend(settings.voice_path or None), "zh": MandarinBackend()})
+    return BuiltinVoices({"en": piper_from_settings(settings), "zh": MandarinBackend()})

@@ -14,19 +14,45 @@ import numpy as np
 import torch
 from piper.phoneme_ids import phonemes_to_ids
 
-from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, OptionSpec, SpeechRequest, run_plainly
+from voicelab.backends.base import (
+    AudioChunk,
+    BatchEvent,
+    Capabilities,
+    GraphBucket,
+    MemoryGuard,
+    OptionSpec,
+    SpeechRequest,
+    run_plainly,
+)
+from voicelab.backends.batched import ChunkFormat, lockstep_chunks
 from voicelab.backends.batching import BatchPolicy, SentenceIds, bucket_by_length, grouped_chunks
 from voicelab.backends.piper.config import VoiceConfig, read_voice_config
 from voicelab.backends.piper.frontend import PiperFrontend, Sentence
-from voicelab.backends.piper.model import VitsModel
+from voicelab.backends.piper.graphs import VitsGraphs
+from voicelab.backends.piper.model import VitsModel, exact_float32
 from voicelab.backends.piper.weights import load_model
-from voicelab.errors import BackendLoadError, InvalidSettingError
+from voicelab.errors import BackendLoadError, InvalidSettingError, VoiceLabError
 from voicelab.settings import Settings
 
 logger = logging.getLogger(__name__)
 __all__ = ["BatchPolicy", "PiperBackend", "VitsControls", "bucket_by_length", "create"]
 
+# Working memory per character of text in a batch, for the engine's estimate of how many jobs fit: a character
+# is about 2.2 phoneme ids and 4.7 frames at the default rate (measured on the bench sentences), and the decoder's
+# widest stages keep about six float32 tensors of 8192 values per frame alive (~200 kB): about 1 MB. Each device
+# batch is also bounded by BatchPolicy.max_padded_ids, so this errs on the safe side.
+BATCH_BYTES_PER_CHAR = 1 << 20
+
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One sentence of a device batch: its phoneme ids, its request's controls and random generator."""
+
+    ids: Sequence[int]
+    controls: VitsControls
+    generator: torch.Generator | None
 
 
 @dataclass(frozen=True)
@@ -58,7 +84,13 @@ class PiperBackend:
 
     name = "piper"
 
-    def __init__(self, voice_path: str | None = None, batch_policy: BatchPolicy | None = None) -> None:
+    def __init__(
+        self,
+        voice_path: str | None = None,
+        batch_policy: BatchPolicy | None = None,
+        cuda_graphs: bool = True,
+        graph_bytes: int = 2 << 30,
+    ) -> None:
         if voice_path:
             self.model_path, config_path = Path(voice_path), Path(f"{voice_path}.json")
         else:
@@ -73,6 +105,7 @@ class PiperBackend:
         self.frontend = PiperFrontend(self.config)
         self.device = "cpu"
         self.dtype = "float32"
+        self.cuda_graphs, self.graph_bytes = cuda_graphs, graph_bytes
         self._model: VitsModel | None = None
 
     @property
@@ -87,6 +120,8 @@ class PiperBackend:
             streaming=True,
             dtypes=tuple(DTYPES),
             options=options,
+            batching=True,
+            batch_bytes_per_char=BATCH_BYTES_PER_CHAR,
         )
 
     @property
@@ -117,8 +152,13 @@ class PiperBackend:
         model.flow.to(DTYPES[dtype])
         model.dec.to(DTYPES[dtype])
         self._model = model.to(target)
+        self.batch_policy = self._chosen_policy or BatchPolicy.for_device(str(target))  # before graphs: their budget
+        if target.type == "cuda" and self.cuda_graphs:
+            model.graphs = VitsGraphs(model, max_bytes=self.graph_bytes)
+            with torch.inference_mode(), exact_float32(target):
+                captured = model.graphs.capture_all(self.batch_policy.max_padded_ids)
+            logger.info("captured %d CUDA graph buckets for %s", captured, self.voice_name)
         self.device, self.dtype = str(target), dtype
-        self.batch_policy = self._chosen_policy or BatchPolicy.for_device(self.device)
         logger.info("loaded piper voice %s on %s (%s)", self.voice_name, self.device, self.dtype)
 
     def unload(self) -> None:
@@ -127,6 +167,11 @@ class PiperBackend:
         gc.collect()
         if self.device.startswith("cuda") and torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+    def graph_buckets(self) -> tuple[GraphBucket, ...]:
+        """The CUDA graph buckets captured so far, with their memory and timings (empty on CPU)."""
+        graphs = self._model.graphs if self._model is not None else None
+        return graphs.reports() if graphs is not None else ()
 
     def sentences(self, text: str) -> list[Sentence]:
         """Sentences with their text, phonemes and ids (raises InvalidTextError)."""
@@ -176,34 +221,63 @@ class PiperBackend:
         self, sentences: Sequence[Sequence[int]], controls: VitsControls, generator: torch.Generator | None
     ) -> list[np.ndarray]:
         """One float32 waveform per sentence of phoneme ids (model output in [-1, 1], not loudness-normalised)."""
-        model = self._require_model()
-        noise_scale, length_scale, noise_w = self._scales(controls)
         lengths = [len(s) for s in sentences]
+        audio: list[np.ndarray] = [np.zeros(0, np.float32)] * len(sentences)
+        for batch in bucket_by_length(lengths, self.batch_policy):
+            rows = [Row(sentences[i], controls, generator) for i in batch]
+            for i, wave in zip(batch, self.synthesize_rows(rows), strict=True):
+                audio[i] = wave
+        return audio
+
+    def synthesize_rows(self, rows: Sequence[Row]) -> list[np.ndarray]:
+        """One device batch, rows in the order given (each with its own controls and generator)."""
+        model = self._require_model()
+        lengths = [len(row.ids) for row in rows]
         if any(n == 0 for n in lengths):
             raise InvalidSettingError("A sentence has no phoneme ids.")
-        audio: list[np.ndarray] = [np.zeros(0, np.float32)] * len(sentences)
-        sid = torch.full((1,), self.config.default_speaker_id, dtype=torch.long)
+        scales = [self._scales(row.controls) for row in rows]
+        buckets = self.batch_policy.buckets  # bounded shapes: pad to the bucket's length
+        ids = torch.zeros(len(rows), buckets.length_for(max(lengths)) if buckets else max(lengths), dtype=torch.long)
+        for k, row in enumerate(rows):
+            ids[k, : lengths[k]] = torch.as_tensor(row.ids, dtype=torch.long)
+        device = next(model.parameters()).device
+        sid = torch.full((len(rows),), self.config.default_speaker_id, dtype=torch.long, device=device)
         with torch.inference_mode():
-            for batch in bucket_by_length(lengths, self.batch_policy):
-                longest = max(lengths[i] for i in batch)
-                buckets = self.batch_policy.buckets
-                ids = torch.zeros(len(batch), buckets.length_for(longest) if buckets else longest, dtype=torch.long)
-                for row, i in enumerate(batch):
-                    ids[row, : lengths[i]] = torch.as_tensor(sentences[i], dtype=torch.long)
-                device = next(model.parameters()).device
-                wave, wave_lengths = model(
-                    ids.to(device),
-                    torch.tensor([lengths[i] for i in batch], device=device),
-                    noise_scale,
-                    length_scale,
-                    noise_w,
-                    generator,
-                    sid.expand(len(batch)).to(device),
-                )
-                wave_np, n_np = wave[:, 0].cpu().numpy(), wave_lengths.cpu().numpy()
-                for row, i in enumerate(batch):
-                    audio[i] = wave_np[row, : n_np[row]].copy()  # not a view that keeps the whole batch alive
-        return audio
+            wave, wave_lengths = model(
+                ids.to(device),
+                torch.tensor(lengths, device=device),
+                [s[0] for s in scales],
+                [s[1] for s in scales],
+                [s[2] for s in scales],
+                [row.generator for row in rows],
+                sid,
+            )
+            wave_np, n_np = wave[:, 0].cpu().numpy(), wave_lengths.cpu().numpy()
+        return [wave_np[k, : n_np[k]].copy() for k in range(len(rows))]  # copies: no view keeps the batch alive
+
+    def synthesize_batch(
+        self, requests: Sequence[SpeechRequest], guard: MemoryGuard = run_plainly
+    ) -> Iterator[BatchEvent]:
+        """Several requests in padded device batches (``backends.batched``); each says what it says alone."""
+        limit = self.batch_policy.max_piece_ids  # bounded pieces, as in ``synthesize``
+        sentences: list[list[SentenceIds] | None] = []
+        failures: list[BatchEvent] = []
+        for index, request in enumerate(requests):
+            try:
+                sentences.append([p for s in self.frontend.sentences(request.text) for p in self.pieces(s, limit)])
+            except VoiceLabError as exc:
+                sentences.append(None)
+                failures.append(BatchEvent(index, error=exc, last=True))
+        yield from failures
+        controls = [self.controls_for(request) for request in requests]
+        generators = [torch.Generator(device=self.device).manual_seed(request.seed) for request in requests]
+
+        def run(rows: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
+            return self.synthesize_rows([Row(ids, controls[i], generators[i]) for i, ids in rows])
+
+        language = self.capabilities.languages[0]
+        formats = [ChunkFormat(self.sample_rate, language, r.sentence_silence_s) for r in requests]
+        yield from lockstep_chunks(sentences, run, guard, self.batch_policy, formats)
 
     @property
     def defaults(self) -> VitsControls:
@@ -256,4 +330,9 @@ def keep_freed_memory_for_reuse(mmap_threshold: int = 512 << 20, trim_threshold:
 
 def create(settings: Settings) -> PiperBackend:
     """The registry's factory: the voice file from ``--voice-path`` (the built-in voice when empty)."""
-    return PiperBackend(settings.voice_path or None)
+    return from_settings(settings)
+
+
+def from_settings(settings: Settings) -> PiperBackend:
+    graph_bytes = int(settings.cuda_graph_mib * 2**20)
+    return PiperBackend(settings.voice_path or None, cuda_graphs=settings.cuda_graphs, graph_bytes=graph_bytes)

@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+if TYPE_CHECKING:
+    from voicelab.backends.piper.graphs import VitsGraphs
+
 from voicelab.backends.piper.decoder import Generator
 from voicelab.backends.piper.duration import LayerNorm, StochasticDurationPredictor
 from voicelab.backends.piper.flow import ResidualCouplingBlock
+from voicelab.backends.piper.noise import Generators, RowControls, Scale, generators_for, per_row, row_noise
 
 
 @dataclass(frozen=True)
@@ -201,54 +206,80 @@ class VitsModel(nn.Module):
             d.gin_channels,
         )
         self.emb_g = nn.Embedding(d.n_speakers, d.gin_channels) if d.n_speakers > 1 else None
+        self.graphs: VitsGraphs | None = None  # CUDA graphs of encode/decode over bucketed shapes (graphs.py)
 
     def forward(
         self,
         ids: torch.Tensor,
         lengths: torch.Tensor,
-        noise_scale: float = 0.667,
-        length_scale: float = 1.0,
-        noise_w: float = 0.8,
-        generator: torch.Generator | None = None,
+        noise_scale: Scale = 0.667,
+        length_scale: Scale = 1.0,
+        noise_w: Scale = 0.8,
+        generator: Generators = None,
         sid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids [B, T] long, lengths [B] -> audio [B, 1, S] float32 (zero past each length), audio_lengths [B]."""
-        with _exact_float32(ids.device):
-            return self._synthesize(ids, lengths, noise_scale, length_scale, noise_w, generator, sid)
+        """ids [B, T] long, lengths [B] -> audio [B, 1, S] float32 (zero past each length), audio_lengths [B].
+
+        Each scale is one value or one per row; ``generator`` is one for all rows or one per row. Noise is drawn
+        row by row at the row's own length, so a row's audio does not depend on what it is padded with: rows of
+        different requests can share a batch and still say exactly what each says alone.
+        """
+        b = ids.shape[0]
+        rows = RowControls(
+            per_row(noise_scale, b), per_row(length_scale, b), per_row(noise_w, b), generators_for(generator, b)
+        )
+        with exact_float32(ids.device):
+            return self._synthesize(ids, lengths, rows, sid)
 
     def _synthesize(
-        self,
-        ids: torch.Tensor,
-        lengths: torch.Tensor,
-        noise_scale: float,
-        length_scale: float,
-        noise_w: float,
-        generator: torch.Generator | None,
-        sid: torch.Tensor | None,
+        self, ids: torch.Tensor, lengths: torch.Tensor, rows: RowControls, sid: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         b, t = ids.shape
+        token_counts = [int(n) for n in lengths.tolist()]  # read before any kernel is queued: no wait
         mask = (torch.arange(t, device=ids.device) < lengths.unsqueeze(1)).unsqueeze(1).float()  # [B, 1, T]
-        x, m_p, logs_p = self.enc_p(ids, mask)
         g = self._speaker(sid, b, ids.device)
-
-        noise = _noise((b, 2, t), noise_w, generator, x)
-        logw = self.dp(x, mask, noise, g)
-        durations = scaled_durations((torch.exp(logw) * mask).squeeze(1), length_scale)  # frames per phoneme [B, T]
+        noise = row_noise(2, token_counts, t, rows.noise_w, rows.generators, mask)
+        length_scale = rows.length_scale[0] if len(set(rows.length_scale)) == 1 else rows.length_scale
+        graphed = self.graphs.encode(ids, lengths, noise, rows.length_scale) if self.graphs and g is None else None
+        durations, m_p, logs_p = graphed or self.encode(ids, mask, noise, length_scale, g)
         index, covered, frame_lengths = _frames_to_phonemes(durations)
         frame_mask = (torch.arange(covered.shape[-1], device=ids.device) < frame_lengths.unsqueeze(1)).unsqueeze(1)
         frame_mask = frame_mask.float()  # [B, 1, T_y]
 
         m = _gather_frames(m_p, index) * covered
         logs = _gather_frames(logs_p, index) * covered
-        z_p = m + _noise(m.shape, noise_scale, generator, m) * torch.exp(logs)
+        frame_counts = [int(n) for n in frame_lengths.tolist()]
+        eps = row_noise(m.shape[1], frame_counts, m.shape[-1], rows.noise_scale, rows.generators, m)
+        z_p = m + eps * torch.exp(logs)
 
         dtype = self.dec.conv_pre.weight.dtype
-        z_mask = frame_mask.to(dtype)
-        g_half = g.to(dtype) if g is not None else None
-        z = self.flow(z_p.to(dtype), z_mask, g_half)
-        ragged = bool((frame_lengths < frame_mask.shape[-1]).any())
-        audio = self.dec(z * z_mask, z_mask if ragged else None, g_half).float()
+        audio = self.graphs.decode(z_p.to(dtype), frame_lengths) if self.graphs and g is None else None
+        if audio is None:
+            ragged = min(frame_counts) < frame_mask.shape[-1]
+            audio = self.decode(z_p.to(dtype), frame_mask.to(dtype), ragged, g.to(dtype) if g is not None else None)
         return audio, frame_lengths * self.dims.hop_length
+
+    def encode(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        noise: torch.Tensor,
+        length_scale: float | Sequence[float] | torch.Tensor,
+        g: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Text encoder and duration predictor: ids [B, T], mask [B, 1, T], dp noise [B, 2, T] ->
+        frames per phoneme [B, T], prior mean and log-std [B, C, T]. No host sync: a CUDA graph can hold it."""
+        x, m_p, logs_p = self.enc_p(ids, mask)
+        logw = self.dp(x, mask, noise, g)
+        return scaled_durations((torch.exp(logw) * mask).squeeze(1), length_scale), m_p, logs_p
+
+    def decode(
+        self, z_p: torch.Tensor, z_mask: torch.Tensor, ragged: bool, g: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Flow (reverse) and HiFi-GAN: z_p [B, C, T_y] in the decoder's dtype, z_mask [B, 1, T_y] ->
+        audio [B, 1, T_y * hop] float32. ``ragged``: rows end before T_y, so every layer masks. No host sync."""
+        z = self.flow(z_p, z_mask, g)
+        return self.dec(z * z_mask, z_mask if ragged else None, g).float()
 
     def _speaker(self, sid: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor | None:
         """Speaker conditioning [B, gin, 1] for multi-speaker voices (speaker 0 when sid is None)."""
@@ -260,7 +291,7 @@ class VitsModel(nn.Module):
 
 
 @contextlib.contextmanager
-def _exact_float32(device: torch.device) -> Iterator[None]:
+def exact_float32(device: torch.device) -> Iterator[None]:
     """Keep cuDNN from running float32 convolutions as TF32 (its default) while the model runs.
 
     Durations are ceil()-ed, so TF32 rounding in the text encoder can add or drop a frame; float32
@@ -277,37 +308,37 @@ def _exact_float32(device: torch.device) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = previous
 
 
-def _noise(
-    shape: tuple[int, ...] | torch.Size, scale: float, generator: torch.Generator | None, like: torch.Tensor
+def scaled_durations(
+    w: torch.Tensor, length_scale: float | Sequence[float] | torch.Tensor, steps: int = 24
 ) -> torch.Tensor:
-    """Standard normal noise times scale, drawn on the generator's device; no draw when scale is 0."""
-    if scale == 0:
-        return torch.zeros(shape, dtype=like.dtype, device=like.device)
-    device = generator.device if generator is not None else like.device
-    return torch.randn(shape, generator=generator, dtype=like.dtype, device=device).to(like.device) * scale
-
-
-def scaled_durations(w: torch.Tensor, length_scale: float, steps: int = 24) -> torch.Tensor:
     """Frames per phoneme [B, T] from predicted durations ``w`` [B, T] (zero where padded).
 
     Piper takes ceil(w * length_scale); about half the tokens are blanks predicted under one frame, which round
     up to one frame at any scale, so "twice as slow" came out ~1.5x and "slowly" (1.33x) ~1.2x. Here the scale is
     searched per item (bisection) so the total stays length_scale times the unscaled total, each token still
-    rounded up. At length_scale 1 this is exactly Piper's ceil(w).
+    rounded up. At length_scale 1 this is exactly Piper's ceil(w). ``length_scale`` may give one value per row.
     """
     base = torch.ceil(w)
-    if length_scale == 1.0:
+    if isinstance(length_scale, int | float) and length_scale == 1.0:
         return base
-    target = base.sum(-1, keepdim=True) * length_scale  # [B, 1]
+    scale: torch.Tensor | float
+    if isinstance(length_scale, int | float):
+        scale = float(length_scale)
+    elif isinstance(length_scale, torch.Tensor):
+        scale = length_scale.reshape(-1, 1)  # [B, 1] already on the device (a CUDA graph's input)
+    else:
+        scale = torch.tensor(list(length_scale), dtype=w.dtype, device=w.device).reshape(-1, 1)
+    target = base.sum(-1, keepdim=True) * scale  # [B, 1]
     low = torch.zeros_like(target)
     # At this scale the unrounded total alone reaches the target, so it is a valid upper bound.
-    high = length_scale * base.sum(-1, keepdim=True) / w.sum(-1, keepdim=True).clamp_min(1e-6) + 1e-6
+    high = scale * base.sum(-1, keepdim=True) / w.sum(-1, keepdim=True).clamp_min(1e-6) + 1e-6
     for _ in range(steps):
         middle = (low + high) / 2
         short = torch.ceil(w * middle).sum(-1, keepdim=True) < target
         low = torch.where(short, middle, low)
         high = torch.where(short, high, middle)
-    return torch.ceil(w * high)
+    scaled = torch.ceil(w * high)
+    return torch.where(scale == 1.0, base, scaled) if isinstance(scale, torch.Tensor) else scaled
 
 
 def _frames_to_phonemes(durations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
