@@ -7,8 +7,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from voicelab.engine.jobs import Job
-from voicelab.engine.messages import SynthesisRequest
+from voicelab.backends.base import Capabilities
+from voicelab.engine.jobs import Job, batch_message
+from voicelab.engine.messages import SynthesisBatch, SynthesisRequest
+from voicelab.engine.microbatch import BatchLimits, MicroBatcher
 from voicelab.engine.pool import JobPool
 from voicelab.engine.routing import ProfileMirror, WorkerLoad, choose_worker
 from voicelab.settings import Settings
@@ -68,3 +70,29 @@ def test_a_free_worker_leaves_a_job_for_the_free_worker_holding_its_profile() ->
     with pool.lock:
         assert pool.take_for(0) == [plain]
         assert pool.take_for(1) == [cloned]
+
+
+def test_a_micro_batch_takes_only_the_jobs_routed_to_its_worker_in_queue_order() -> None:
+    """Batching meets routing: worker 1 holds voice-a, so worker 0's batch is the plain jobs and worker 1's the
+    cloned ones, each in the order they were queued (the micro-batcher as the slot's ``take``)."""
+    pool = JobPool(Settings(queue_size=8))
+    held = {1: "voice-a"}
+
+    def loads(request: SynthesisRequest) -> Sequence[WorkerLoad]:
+        sha = request.prompt.sha256 if request.prompt else None
+        return [_load(i, holds_profile=held.get(i) == sha) for i in (0, 1)]
+
+    pool.loads = loads
+    caps = Capabilities(languages=("en",), sample_rate=16000, batching=True, batch_bytes_per_char=1)
+    batcher = MicroBatcher(BatchLimits(window_s=0.01))
+    jobs = [Job(SynthesisRequest(f"t{i}.", prompt=_prompt("voice-a") if i % 2 else None)) for i in range(5)]
+    for job in jobs:
+        pool.submit(job)
+    with pool.lock:
+        assert list(pool.routed_for(1)) == [jobs[1], jobs[3]]
+        assert pool.take_for(0, lambda routed: batcher.take(routed, caps)) == [jobs[0], jobs[2], jobs[4]]
+        assert pool.take_for(1, lambda routed: batcher.take(routed, caps)) == [jobs[1], jobs[3]]
+        assert not pool.jobs
+    message = batch_message([jobs[1], jobs[3]])
+    assert isinstance(message, SynthesisBatch) and [r.text for r in message.requests] == ["t1.", "t3."]
+    assert batch_message([jobs[0]]) is jobs[0].request  # a lone job goes as itself
