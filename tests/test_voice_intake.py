@@ -141,3 +141,17 @@ def test_long_prompt_keeps_first_30_s_of_speech_with_a_notice() -> None:
     assert len(prompt.notices) == 1
     assert prompt.notices[0].endswith("only the first 30 s were used.")
     assert 30.0 <= prompt.duration_s < 36.0
+
+
+def test_a_prompt_long_with_pauses_is_cut_to_the_same_30_s_rule() -> None:
+    """25 s of speech spread over 40 s: the rule is 30 s of audio, said once, with one notice."""
+    sr = 16000
+    t = np.arange(sr) / sr
+    voiced = (0.3 * np.sum([np.sin(2 * np.pi * 150 * k * t) / k for k in range(1, 10)], axis=0)).astype(np.float32)
+    pause = np.zeros(int(0.6 * sr), np.float32)
+    clip = np.concatenate([np.concatenate([voiced, pause]) for _ in range(25)])
+    buffer = io.BytesIO()
+    sf.write(buffer, clip, sr, format="WAV")
+    prompt = load_prompt(buffer.getvalue())
+    assert prompt.duration_s <= 30.0 + 1e-6
+    assert prompt.notices == ("The voice prompt is longer than 30 s; only the first 30 s were used.",)

@@ -18,7 +18,7 @@ from scipy.signal import butter, sosfilt
 
 from voicelab.errors import InvalidPromptError
 from voicelab.voice.analysis import FRAME_S, active_frames, active_rms_dbfs, frame_levels_db, pitch_track, resample
-from voicelab.voice.prompt import PROMPT_RULE, SILENCE_PEAK, PromptAudio, check_prompt_audio
+from voicelab.voice.prompt import MAX_PROMPT_S, PROMPT_RULE, SILENCE_PEAK, PromptAudio, check_prompt_audio
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,10 @@ def load_prompt(
     pad = int(EDGE_PAD_S * PROCESS_RATE)
     start = max(0, int(np.flatnonzero(active)[0]) * hop - pad)
     stop = min(len(audio16), (last + 1) * hop + pad)
+    if stop - start > MAX_PROMPT_S * PROCESS_RATE:  # pauses made it longer than the rule allows
+        stop = start + int(MAX_PROMPT_S * PROCESS_RATE)
+        if not notices:
+            notices.append("The voice prompt is longer than 30 s; only the first 30 s were used.")
     trimmed = audio16[start:stop]
     _require_voicing(trimmed, float(active[: last + 1].sum()) * FRAME_S)
     samples = _normalise_loudness(trimmed)
