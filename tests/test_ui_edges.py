@@ -210,3 +210,15 @@ def test_the_http_api_shares_the_strict_booleans(app: ServedApp) -> None:
     assert restart.status_code == 400 and "must be true or false" in restart.json()["error"]["message"]
     speech = httpx.post(f"{app.url}/v1/audio/speech", json={"input": "Hi.", "speed": "fast"}, headers=key)
     assert speech.status_code == 400 and "Speed must be a number" in speech.json()["error"]["message"]
+
+
+def test_gradio_client_calls_endpoints_by_parameter_name(app: ServedApp) -> None:
+    """/design's controls are named (age, gender, …), not param_3…param_9, and keywords reach them."""
+    from gradio_client import Client
+
+    client = Client(app.url + "/", auth=("ann", USERS["ann"]), verbose=False)
+    names = [p["parameter_name"] for p in client.view_api(print_info=False, return_format="dict")
+             ["named_endpoints"]["/design"]["parameters"]]  # fmt: skip
+    assert names[4:] == ["age", "gender", "pitch", "pitch_variation", "volume", "speed", "emotion"]
+    outputs = client.predict(text="Named at last.", takes=1, instruction="", speed="very slow", api_name="/design")
+    assert "take 1:" in outputs[-2] and "speed" in outputs[-1]
