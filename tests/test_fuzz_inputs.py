@@ -202,7 +202,12 @@ def _empty_and_tiny_cases() -> list[PromptCase]:
         PromptCase("one-sample-flac", lambda kit: encode(np.array([0.25], np.float32), 16000, "FLAC"), ERROR),
         PromptCase("one-frame-8ch", lambda kit: encode(np.full((1, 8), 0.3, np.float32), 48000), ERROR),
         PromptCase("ten-ms-speech", lambda kit: encode(kit.speech[8000:8160], 16000), ERROR),
-        PromptCase("half-second-speech", lambda kit: encode(kit.speech[8000:16000], 16000), ERROR, "1 to 30 s of one person speaking"),
+        PromptCase(
+            "half-second-speech",
+            lambda kit: encode(kit.speech[8000:16000], 16000),
+            ERROR,
+            "1 to 30 s of one person speaking",
+        ),
     ]
 
 

@@ -78,7 +78,7 @@ REFUSALS = [
     ("clone", ["abc", "", "Hi.", *SPEAK[1:]], "must be a file uploaded to this server"),
     ("clone", [{"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}, "", "Hi.", *SPEAK[1:]], "upload"),
     ("clone", [{"path": "file:/etc/passwd", "meta": {"_type": "gradio.FileData"}}, "", "Hi.", *SPEAK[1:]], "file"),
-    ("clone", [None, "x"], "/clone takes 9 values (prompt, transcript, text"),
+    ("clone", [None, "x"], "/clone takes 17 values (prompt, transcript, text"),
     ("soft_restart", ["yes"], "force must be true or false"),
     ("soft_restart", [1], "force must be true or false"),
     ("soft_restart", [None], "force must be true or false"),
