@@ -67,7 +67,7 @@ def test_scoring_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int]) -> None:
 
 
 def test_a_cloned_request_matches_on_the_device() -> None:
-    core = EngineCore(Settings(device="cuda", voice_renderer="auto"))
+    core = EngineCore(Settings(device="cuda", voice_renderer="torch"))
     try:
         assert core.voice.renderer == "torch"
         prompt = load_prompt(DATA / "arctic_slt_en_female.wav")

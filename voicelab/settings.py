@@ -29,7 +29,7 @@ class Settings:
     job_timeout_s: float = 300.0
     max_text_chars: int = 5000
     profile_cache_size: int = 8
-    voice_renderer: str = "auto"  # voice matching/styling: torch (worker's device), world (CPU), auto (by device)
+    voice_renderer: str = "auto"  # voice matching/styling: torch (the device), world (CPU), auto (= world)
     outputs_dir: str = "outputs"
     auth: str = ""  # "user:password[,user2:password2]" enables login; each login sees only its own History
     history_admins: str = ""  # comma-separated logins that see (and may delete) every user's History

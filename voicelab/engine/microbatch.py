@@ -58,7 +58,10 @@ def limits_from(settings: Settings) -> BatchLimits:
 
 
 def batch_key(request: SynthesisRequest, capabilities: Capabilities) -> Hashable:
-    """Jobs with equal keys can share a padded batch."""
+    """Jobs with equal keys can share a padded batch. A request the worker will refuse (text that is not a string,
+    from a caller that skipped the service's validation) gets a key of its own, so it is refused alone."""
+    if not isinstance(request.text, str):
+        return ("unbatchable", request.job_id)
     if request.language != "auto":
         languages: tuple[str, ...] = (request.language,)
     else:
@@ -69,7 +72,7 @@ def batch_key(request: SynthesisRequest, capabilities: Capabilities) -> Hashable
 
 
 def estimate_bytes(request: SynthesisRequest, capabilities: Capabilities) -> int:
-    return len(request.text) * capabilities.batch_bytes_per_char
+    return len(request.text) * capabilities.batch_bytes_per_char if isinstance(request.text, str) else 0
 
 
 class MicroBatcher:
