@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from voicelab.engine.growth import GrowthWatch
+
 logger = logging.getLogger(__name__)
 
 MiB = 2**20
@@ -139,39 +141,29 @@ class RssWarning:
         )
 
 
-class RssWatch:
+class RssWatch(GrowthWatch):
     """Watches the worker's RSS after each (trimmed) job, ignoring the warm-up jobs.
 
-    The baseline is the RSS after the ``warmup_jobs``-th job. A warning is raised once per excursion above
-    ``baseline + bound_bytes``; ``current`` stays set until RSS is back under the bound.
+    A warning is logged once per excursion above ``baseline + bound_bytes``; ``current`` stays set until RSS is
+    back under the bound.
     """
 
     def __init__(self, bound_bytes: int, warmup_jobs: int = 5) -> None:
-        if bound_bytes <= 0 or warmup_jobs < 1:
-            raise ValueError("bound_bytes must be positive and warmup_jobs at least 1")
-        self.bound_bytes = bound_bytes
-        self.warmup_jobs = warmup_jobs
-        self.jobs_observed = 0
-        self.baseline: int | None = None
+        super().__init__(bound_bytes, warmup_jobs)
         self.current: RssWarning | None = None
 
     def observe(self, rss: int) -> RssWarning | None:
         """Record RSS after a job; the warning while RSS is above the bound (logged once per excursion)."""
-        self.jobs_observed += 1
-        if self.jobs_observed < self.warmup_jobs:
-            return None
-        if self.baseline is None:
-            self.baseline = rss
-            return None
-        if rss - self.baseline <= self.bound_bytes:
+        first = self.over(rss)
+        if first is None:
             self.current = None
             return None
-        if self.current is None:
-            logger.warning("%s", RssWarning(self.baseline, rss, self.bound_bytes, self.jobs_observed).message)
+        assert self.baseline is not None
         self.current = RssWarning(self.baseline, rss, self.bound_bytes, self.jobs_observed)
+        if first:
+            logger.warning("%s", self.current.message)
         return self.current
 
     def reset(self) -> None:
-        self.jobs_observed = 0
-        self.baseline = None
+        super().reset()
         self.current = None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psutil
 
 from voicelab.engine import heap
+from voicelab.engine.growth import GrowthWatch
 from voicelab.engine.messages import AllocatorStats, CleanReport, MemoryBlock, MemorySegment, SegmentSnapshot
 from voicelab.errors import DeviceOutOfMemoryError
 
@@ -286,47 +287,20 @@ class LeakWarning:
         )
 
 
-class LeakWatch:
-    """Watches allocated memory after each job for steady growth (a leak), ignoring the warm-up jobs.
-
-    The baseline is the allocated figure after the ``warmup_jobs``-th job; a warning is raised once per
-    excursion above ``baseline + bound_bytes`` and re-armed when memory falls back under the bound.
-    """
+class LeakWatch(GrowthWatch):
+    """Watches allocated memory after each job for steady growth (a leak): a warning once per excursion."""
 
     def __init__(self, bound_bytes: int, warmup_jobs: int = 3) -> None:
-        if bound_bytes <= 0:
-            raise ValueError(f"bound_bytes must be positive, got {bound_bytes}")
-        if warmup_jobs < 1:
-            raise ValueError(f"warmup_jobs must be at least 1, got {warmup_jobs}")
-        self.bound_bytes = bound_bytes
-        self.warmup_jobs = warmup_jobs
-        self.jobs_observed = 0
-        self.baseline: int | None = None
-        self._warned = False
+        super().__init__(bound_bytes, warmup_jobs)
 
     def observe(self, stats: AllocatorStats) -> LeakWarning | None:
         """Record the allocated figure after a job; a ``LeakWarning`` the first time growth exceeds the bound."""
-        self.jobs_observed += 1
-        if self.jobs_observed < self.warmup_jobs:
+        if not self.over(stats.allocated):
             return None
-        if self.baseline is None:
-            self.baseline = stats.allocated
-            return None
-        if stats.allocated - self.baseline <= self.bound_bytes:
-            self._warned = False
-            return None
-        if self._warned:
-            return None
-        self._warned = True
+        assert self.baseline is not None
         warning = LeakWarning(self.baseline, stats.allocated, self.bound_bytes, self.jobs_observed)
         logger.warning("%s", warning.message)
         return warning
-
-    def reset(self) -> None:
-        """Forget the baseline (after a worker restart the new process warms up again)."""
-        self.jobs_observed = 0
-        self.baseline = None
-        self._warned = False
 
 
 def run_with_oom_retry(

@@ -1,0 +1,43 @@
+"""Growth over a post-warm-up baseline: the one mechanism behind the GPU leak watch and the host RSS watch."""
+
+from __future__ import annotations
+
+
+class GrowthWatch:
+    """Reads one figure after each job, ignoring the warm-up jobs.
+
+    The baseline is the figure after the ``warmup_jobs``-th job. An excursion starts when the figure rises more
+    than ``bound_bytes`` above it and ends (re-arming) when it falls back under the bound.
+    """
+
+    def __init__(self, bound_bytes: int, warmup_jobs: int) -> None:
+        if bound_bytes <= 0:
+            raise ValueError(f"bound_bytes must be positive, got {bound_bytes}")
+        if warmup_jobs < 1:
+            raise ValueError(f"warmup_jobs must be at least 1, got {warmup_jobs}")
+        self.bound_bytes = bound_bytes
+        self.warmup_jobs = warmup_jobs
+        self.jobs_observed = 0
+        self.baseline: int | None = None
+        self._above = False
+
+    def over(self, value: int) -> bool | None:
+        """None: warming up or within the bound; True: the first reading of an excursion; False: still above."""
+        self.jobs_observed += 1
+        if self.jobs_observed < self.warmup_jobs:
+            return None
+        if self.baseline is None:
+            self.baseline = value
+            return None
+        if value - self.baseline <= self.bound_bytes:
+            self._above = False
+            return None
+        first = not self._above
+        self._above = True
+        return first
+
+    def reset(self) -> None:
+        """Forget the baseline (after a worker restart the new process warms up again)."""
+        self.jobs_observed = 0
+        self.baseline = None
+        self._above = False
