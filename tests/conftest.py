@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -25,3 +27,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def core() -> Iterator[Any]:
+    """A CPU engine core for one test module (one torch thread; the caller's thread count restored after)."""
+    import torch
+
+    from voicelab.engine.core import EngineCore
+    from voicelab.settings import Settings
+
+    threads = torch.get_num_threads()
+    engine = EngineCore(Settings(device="cpu", torch_threads=1))
+    try:
+        yield engine
+    finally:
+        engine.close()
+        torch.set_num_threads(threads)

@@ -8,12 +8,10 @@ stretch of audio is heard in its pitch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from tests.audio_measures import measure, semitones
 from voicelab.backends.base import AudioChunk
@@ -22,23 +20,11 @@ from voicelab.engine.messages import SynthesisRequest
 from voicelab.errors import InvalidSettingError, InvalidTextError
 from voicelab.instruct.presets import PRESETS
 from voicelab.instruct.style import Style
-from voicelab.settings import Settings
 from voicelab.voice.intake import load_prompt
 
 CHINESE_20 = "今天天气很好，我们一起去公园散步吧，好不好呀？"
 MIXED = "我今天用 VoiceLab 做了一个 demo，效果很好。"
 PROMPT = Path(__file__).parent / "data" / "arctic_slt_en_female.wav"
-
-
-@pytest.fixture(scope="module")
-def core() -> Iterator[EngineCore]:
-    threads = torch.get_num_threads()
-    engine = EngineCore(Settings(device="cpu", torch_threads=1))
-    try:
-        yield engine
-    finally:
-        engine.close()
-        torch.set_num_threads(threads)
 
 
 def hanzi(text: str) -> int:

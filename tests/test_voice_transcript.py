@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from voicelab.engine.core import EngineCore
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.engine.voicing import CALIBRATION_TEXTS, calibration_text
-from voicelab.settings import Settings
 from voicelab.voice.intake import load_prompt
 from voicelab.voice.prompt import PromptAudio
 
@@ -32,17 +29,6 @@ def test_a_transcript_in_the_voices_language_is_the_calibration_sentence() -> No
     assert calibration_text("en", _prompt("Hi.")) == CALIBRATION_TEXTS["en"]  # too short to calibrate on
     chinese = "今天我们一起去公园散步，然后坐在树下聊天，看看风景。"
     assert calibration_text("zh", _prompt(chinese)) == chinese
-
-
-@pytest.fixture(scope="module")
-def core() -> Iterator[EngineCore]:
-    threads = torch.get_num_threads()
-    engine = EngineCore(Settings(device="cpu", torch_threads=1))
-    try:
-        yield engine
-    finally:
-        engine.close()
-        torch.set_num_threads(threads)
 
 
 def test_the_engine_calibrates_on_the_transcript(core: EngineCore, monkeypatch: pytest.MonkeyPatch) -> None:
