@@ -73,7 +73,8 @@ case "$MODE" in
     ensure_chromium
     say "running the test suite"
     set +e
-    "$VENV/bin/python" -m pytest "$@"
+    # Two processes by file (requirements-dev.txt says why); `./run.sh test -n 0 FILE` runs one in-process.
+    "$VENV/bin/python" -m pytest -n "${VOICELAB_TEST_WORKERS:-2}" --dist loadfile "$@"
     status=$?
     set -e
     # pytest exits 5 when it collected nothing: that is a failure, not a pass.

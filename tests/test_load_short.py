@@ -26,10 +26,10 @@ from voicelab.bench.studio import PanelPoll
 
 TONE = "tests.fixture_backends:ToneBackend"
 CLIENTS = 8
-DURATION_S = 20.0
+DURATION_S = 8.0
 
 
-def test_eight_clients_for_twenty_seconds(capsys: pytest.CaptureFixture[str]) -> None:
+def test_eight_clients_for_eight_seconds(capsys: pytest.CaptureFixture[str]) -> None:
     flags = ["--clients", str(CLIENTS), "--duration", str(DURATION_S), "--backend", TONE, "--queue-size", "4"]
     args = parse_args([*flags, "--device", "cpu", "--request-timeout", "120"])
     report = run_load(args)

@@ -173,6 +173,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--upstream-requests", type=int, default=0, help="upstream runs the first N only (0: all)")
     parser.add_argument("--side-timeout-s", type=float, default=1800.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--backend-options", default="", help="VoiceLab's side, e.g. decode_slots=8 (continuous batching)"
+    )
     return parser
 
 
@@ -193,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs = workload(args.requests, args.max_chars, Path(folder))
         chars = [len(job.text) for job in jobs]
         print(f"workload: {len(jobs)} requests, {min(chars)}-{max(chars)} characters (mean {np.mean(chars):.0f})")
-        sides = [("voicelab", run_voicelab)] if args.skip_upstream else [("upstream (webui)", run_upstream),
-                                                                          ("voicelab", run_voicelab)]  # fmt: skip
+        sides = [("voicelab", run_voicelab)] + ([] if args.skip_upstream else [("upstream (webui)", run_upstream)])
         for label, side in sides:
             count = args.upstream_requests if side is run_upstream and args.upstream_requests else len(jobs)
             results[label] = _in_process(side, args, jobs[:count])

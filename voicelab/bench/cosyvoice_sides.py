@@ -147,7 +147,7 @@ def _engine(args: argparse.Namespace, dtype: str) -> Any:
 
     settings = Settings(
         backend="cosyvoice", cosyvoice_dir=args.model_dir, cosyvoice_code=args.code, device="cuda", dtype=dtype,
-        job_timeout_s=600.0,
+        job_timeout_s=600.0, backend_options=getattr(args, "backend_options", ""),
     )  # fmt: skip
     return EngineClient(settings), settings
 
@@ -160,6 +160,7 @@ def _soak(service: Any, engine: Any, jobs: list[Job]) -> tuple[list, list[Sample
         peaks.append(result.peak_allocated_bytes)
         if (index + 1) % WINDOW == 0:
             samples.append(_engine_sample(engine, (index + 1) // WINDOW))
+            print(f"  voicelab: {index + 1} of {len(jobs)} requests", flush=True)  # progress on a long run
     return rows, samples, peaks
 
 

@@ -333,8 +333,15 @@ class EngineCore:
         self.largest_free_block = snapshot.largest_free_block
         return snapshot
 
-    def clean_cache(self, clear_profiles: bool) -> CleanReport:
-        cleanups = [("speaker profiles", self.voice.clear_profiles)] if clear_profiles else []
+    def clean_cache(self, clear_profiles: bool, release_graphs: bool = True) -> CleanReport:
+        """Clean cache and the OOM retry's clean also drop CUDA graph pools, which ``empty_cache`` cannot free
+        (the automatic clean between jobs keeps them: recapturing after every clean would cost each time)."""
+        cleanups: list[tuple[str, Callable[[], object]]] = []
+        if clear_profiles:
+            cleanups.append(("speaker profiles", self.voice.clear_profiles))
+        release: Callable[[], int] | None = getattr(self.backend, "release_graphs", None)
+        if release_graphs and release is not None and self.graph_buckets():
+            cleanups.append(("CUDA graph pools (captured again on next use)", release))
         return memory.clean_device_cache(self.device, cleanups)
 
     def after_job(self) -> CleanReport | None:
@@ -349,7 +356,7 @@ class EngineCore:
         if reason is None:
             return None
         log.info("automatic clean: %s", reason)
-        return self.clean_cache(False)
+        return self.clean_cache(False, release_graphs=False)
 
     def control(self, request: ControlRequest) -> CleanReport | SegmentSnapshot | AllocatorStats | None:
         handlers: dict[ControlKind, Callable[[], CleanReport | SegmentSnapshot | AllocatorStats | None]] = {

@@ -180,7 +180,7 @@ def _clear_cuda_caches(cuda: torch.device) -> list[str]:
     return cleared
 
 
-def clean_device_cache(device: str, extra_cleanups: Sequence[tuple[str, Callable[[], None]]] = ()) -> CleanReport:
+def clean_device_cache(device: str, extra_cleanups: Sequence[tuple[str, Callable[[], object]]] = ()) -> CleanReport:
     """Free what can be freed between jobs and report before → after.
 
     ``extra_cleanups`` run first (e.g. ("speaker profiles", cache.clear)) so the tensors they drop are

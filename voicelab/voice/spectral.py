@@ -241,8 +241,11 @@ def _whisper(a: Analysis, env: torch.Tensor, eq: torch.Tensor, seed: int) -> tor
     grid = a.grid
     cutoff = torch.full((env.shape[0],), a.sample_rate / WHISPER_SMOOTH_HZ, device=env.device)
     smooth = cepstral_envelope(env, cutoff, grid.n_fft)
-    generator = torch.Generator(device="cpu").manual_seed(seed + 1)
-    noise = torch.randn(env.shape[0], int(a.lengths.max()), generator=generator).to(env.device)
+    noise = torch.zeros(env.shape[0], int(a.lengths.max()))
+    for row, length in enumerate(a.lengths.tolist()):  # each row its own draw: a batch equals each row alone
+        generator = torch.Generator(device="cpu").manual_seed(seed + 1)
+        noise[row, : int(length)] = torch.randn(int(length), generator=generator)
+    noise = noise.to(env.device)
     window = _window(grid, env.device)
     n = torch.stft(noise, grid.n_fft, grid.hop, window=window, center=True, pad_mode="constant", return_complex=True)
     n = n.transpose(1, 2)[:, : env.shape[1]] / window.square().sum().sqrt()

@@ -129,6 +129,10 @@ class BuiltinVoices:
         options = {k: v for k, v in request.options.items() if voice.capabilities.option(k) is not None}
         return replace(request, text=text, language=language, options=options)
 
+    def release_graphs(self) -> int:
+        """Every voice's CUDA graphs dropped (Clean cache, the OOM retry); returns the pool bytes released."""
+        return sum(getattr(voice, "release_graphs", lambda: 0)() for voice in self.voices.values())
+
     def graph_buckets(self) -> tuple[GraphBucket, ...]:
         """Every voice's captured CUDA graph buckets."""
         return tuple(b for voice in self.voices.values() for b in getattr(voice, "graph_buckets", tuple)())

@@ -168,6 +168,11 @@ class PiperBackend:
         if self.device.startswith("cuda") and torch.cuda.is_available():
             torch.cuda.empty_cache()
 
+    def release_graphs(self) -> int:
+        """Drop the captured CUDA graphs (their pool memory becomes freeable); they are captured again on use."""
+        graphs = self._model.graphs if self._model is not None else None
+        return graphs.release() if graphs is not None else 0
+
     def graph_buckets(self) -> tuple[GraphBucket, ...]:
         """The CUDA graph buckets captured so far, with their memory and timings (empty on CPU)."""
         graphs = self._model.graphs if self._model is not None else None

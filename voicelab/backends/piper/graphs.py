@@ -7,8 +7,10 @@ bucket of (rows, length) and replayed with the inputs copied into the bucket's s
 masked rows and positions (the masks make padding invisible, as in any padded batch; noise is drawn outside at
 each row's own length). A bucket is captured on its first use, timed against the eager stage on the same
 inputs, and **kept only if its replay is faster**; every bucket's sizes, time and memory are reported (the
-panel shows them). All graphs share one memory pool (they never run at the same time), and capturing stops
-once the pool has grown by ``max_bytes``; shapes past the largest bucket run eagerly.
+panel shows them). All graphs share one memory pool (they never run at the same time). The pool is bounded by
+``max_bytes``: a bucket is not captured when the pool's growth per padded element seen so far in its stage predicts
+it would pass the bound (one 16-row decode bucket alone can take gigabytes, so checking only the pool's size before
+each capture let it reach 5.8 GiB on the H200); such shapes, and those past the largest bucket, run eagerly.
 """
 
 from __future__ import annotations
@@ -68,8 +70,26 @@ class VitsGraphs:
     _captured: dict[tuple[str, int, int], _Captured] = field(default_factory=dict)
     _pool: Any = None  # torch.cuda.graph_pool_handle(), shared by every bucket's graph
     _pool_bytes: int = 0
+    _unit_bytes: dict[str, float] = field(default_factory=dict)  # per stage: most pool growth per rows x length
     _broken: bool = False
     _reports: list[GraphBucket] = field(default_factory=list)
+
+    def release(self) -> int:
+        """Drop every graph and its buffers so the pool's memory can be returned (``empty_cache`` after this).
+
+        Private graph pools are not freed by ``empty_cache`` while their graphs live: Clean cache and the OOM
+        retry call this first. Shapes are captured again on their next use (a capture that fails then leaves
+        the stage eager). Returns the pool bytes released."""
+        released = self._pool_bytes
+        self._captured.clear()
+        self._reports = []
+        self._pool, self._pool_bytes = None, 0
+        return released
+
+    def fits(self, stage: str, rows: int, length: int) -> bool:
+        """Whether capturing this bucket keeps the pool within ``max_bytes``, by the stage's growth so far."""
+        predicted = self._unit_bytes.get(stage, 0.0) * rows * length
+        return self._pool_bytes < self.max_bytes and self._pool_bytes + predicted <= self.max_bytes
 
     def reports(self) -> tuple[GraphBucket, ...]:
         """Every bucket captured so far (read from the heartbeat thread: a copy of a list, never the dict)."""
@@ -133,6 +153,8 @@ class VitsGraphs:
         for stage, rows, length in sorted(wanted, key=lambda w: w[1] * w[2]):
             if self._broken or self._pool_bytes >= self.max_bytes or time.monotonic() - started > max_seconds:
                 break
+            if not self.fits(stage, rows, length):
+                continue
             if stage == "encode":
                 self._get(stage, rows, length, lambda r, n: self._encode_inputs(r, n, device))
             else:
@@ -176,7 +198,7 @@ class VitsGraphs:
             return None
         key = (stage, rows, length)
         if key not in self._captured:
-            if self._pool_bytes >= self.max_bytes:
+            if not self.fits(stage, rows, length):
                 return None
             try:
                 self._captured[key] = self._capture(stage, rows, length, make(rows, length))
@@ -206,6 +228,7 @@ class VitsGraphs:
             outputs = fn(*inputs)
         grown = max(torch.cuda.memory_reserved() - before, 0)
         self._pool_bytes += grown
+        self._unit_bytes[stage] = max(self._unit_bytes.get(stage, 0.0), grown / (rows * length))
         graph_ms = _time_ms(graph.replay)
         kept = graph_ms < eager_ms
         report = GraphBucket(stage, rows, length, grown, eager_ms, graph_ms, kept)
