@@ -91,3 +91,28 @@ def test_the_speak_button_plays_each_chunk_as_it_arrives(service: GenerationServ
     cues = Path(srt).read_text(encoding="utf-8").strip().split("\n\n")  # one cue per sentence, timed by its chunk
     assert [c.splitlines()[2] for c in cues] == ["One.", "Two two.", "Three three three."]
     assert cues[1].splitlines()[1] == "00:00:00,300 --> 00:00:00,700"
+
+
+def test_a_native_backend_prompt_is_scored_without_the_matching_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new prompt on a natively cloning backend costs only what its score line needs (embedding, median pitch):
+    the analysis for matching (Praat pitch, formants, long-term spectrum) is never run, and the pitch shown is
+    the one that analysis would have given."""
+    from voicelab.engine.core import EngineCore
+    from voicelab.engine.messages import SynthesisRequest
+    from voicelab.voice import profile as profile_module
+    from voicelab.voice.analysis import analyse_voice
+
+    prompt = load_prompt(PROMPT)
+    full = analyse_voice(prompt.samples, prompt.sample_rate)
+
+    def refused(*_: object) -> None:
+        raise AssertionError("the matching analysis ran for a native backend")
+
+    monkeypatch.setattr(profile_module, "analyse_voice", refused)
+    core = EngineCore(Settings(backend=NATIVE, device="cpu"))
+    try:
+        result = core.synthesize(SynthesisRequest("Speak in my voice.", seed=1, prompt=prompt))
+    finally:
+        core.close()
+    assert result.similarity is not None and result.similarity_base is None
+    assert result.f0_prompt_hz == pytest.approx(full.f0_median_hz, rel=0.03)

@@ -27,7 +27,7 @@ from voicelab.voice.dsp import RENDERERS, VoiceTransform, apply_transform, apply
 from voicelab.voice.encoder import SpeakerEncoder
 from voicelab.voice.matcher import VoiceMatcher, median_f0_many
 from voicelab.voice.measure import NeutralVoice, Requested, check_style, neutral_voice, spoken_units
-from voicelab.voice.profile import SpeakerProfile, build_profile
+from voicelab.voice.profile import SpeakerProfile, build_profile, scoring_profile
 from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
@@ -233,9 +233,9 @@ class VoiceStage:
     def voice_for(self, prompt: PromptAudio, languages: tuple[str, ...], calibrate: Calibrate) -> CachedVoice:
         """The cached profile for this prompt, built on a miss and matched (once) to each voice in ``languages``."""
         cached = self.cache.get(prompt.sha256)
-        if cached is None:
+        if cached is None or (languages and not cached.profile.analysed):
             try:
-                profile = build_profile(prompt, self.matcher.encoder, self.device)
+                profile = self._profile(prompt, matching=bool(languages))
             except (ValueError, RuntimeError) as exc:  # Praat and numpy refuse degenerate audio this way
                 log.info("prompt %s could not be analysed: %s", prompt.sha256[:12], exc)
                 raise InvalidPromptError(
@@ -250,6 +250,13 @@ class VoiceStage:
                 matches[language] = self.matcher.match(cached.profile, functools.partial(calibrate, language, text))
             cached = self.cache.put(cached.profile, matches)
         return cached
+
+    def _profile(self, prompt: PromptAudio, matching: bool) -> SpeakerProfile:
+        """The full analysis where the engine matches the voice; embedding and median pitch where it only scores."""
+        if matching:
+            return build_profile(prompt, self.matcher.encoder, self.device)
+        f0 = median_f0_many([np.asarray(prompt.samples, dtype=np.float32)], prompt.sample_rate, self.device)[0]
+        return scoring_profile(prompt, self.matcher.encoder, f0, self.device)
 
     def scores(self, draft: np.ndarray, output: np.ndarray, sample_rate: int, plan: VoicePlan) -> CloneScores | None:
         """Similarity to the prompt (and of the unmatched draft, where the engine matched) and median pitch."""
