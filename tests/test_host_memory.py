@@ -123,6 +123,7 @@ def test_a_long_sentence_is_synthesised_in_bounded_pieces() -> None:
 
 
 @pytest.mark.timeout(900)  # 7 min here while six other jobs loaded the 2 cores (load 10-14)
+@pytest.mark.serial  # RSS and latency ratios: judged alone, not beside another test process
 def test_short_rss_soak_managed_holds_naive_grows_and_a_long_job_comes_back() -> None:
     workload = ["--requests", "9", "--window", "3", "--ramp", "--max-chars", "240", "--prompt-every", "0"]
     goals = ["--naive", "--parallel", "--no-naive-long", "--long-chars", "3000", "--rss-growth-mib", "150"]

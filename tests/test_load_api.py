@@ -7,6 +7,7 @@ import time
 
 import httpx
 import numpy as np
+import pytest
 import soundfile as sf
 
 from voicelab.bench.load import Outcome, Submission, parse_args
@@ -15,6 +16,7 @@ from voicelab.bench.load_api import run_load_api, speak_api_once
 TONE = "tests.fixture_backends:ToneBackend"
 
 
+@pytest.mark.serial  # its latencies and panel freshness are judged: alone, not beside another test process
 def test_four_api_clients_for_six_seconds_lose_and_duplicate_nothing() -> None:
     flags = ["--api", "--clients", "4", "--duration", "6", "--backend", TONE, "--queue-size", "2", "--device", "cpu"]
     report = run_load_api(parse_args([*flags, "--request-timeout", "60"]))

@@ -94,6 +94,7 @@ def test_the_clone_tab_has_the_style_controls_and_no_piper_sliders(browser: Any,
         page.get_by_role("tab", name="Clone").click()
         page.locator("#clone-sculptor").get_by_text("Voice-Sculptor controls").click()
         for element in ("#clone-instruction textarea", "#clone-preset", "#clone-pitch", "#clone-emotion"):
+            page.wait_for_selector(element, state="attached", timeout=20_000)  # the accordion renders lazily
             assert page.locator(element).count() == 1, element
         assert page.is_visible("#clone-instruction textarea") and page.is_visible("#clone-preset")
         page.locator("#clone-instruction textarea").fill("speak higher, happily")
