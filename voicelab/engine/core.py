@@ -77,6 +77,11 @@ def join_chunks(chunks: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros(0, dtype=np.float32)
 
 
+def _finished(job: _Job) -> Finished:
+    """The job's whole draft and voiced output, joined once for its result and its scores."""
+    return Finished(join_chunks(job.drafts), join_chunks(job.outputs), job.plan)
+
+
 class EngineCore:
     """Loads one backend on one device and runs requests one at a time, under inference mode."""
 
@@ -242,17 +247,15 @@ class EngineCore:
 
     def _finish_batch(self, finishing: list[int], jobs: dict[int, _Job], done: JobDone) -> None:
         """The jobs one device batch finished, scored in one speaker-encoder batch, answered one by one."""
-        finished = [
-            Finished(join_chunks(jobs[i].drafts), join_chunks(jobs[i].outputs), jobs[i].plan) for i in finishing
-        ]
+        finished = [_finished(jobs[i]) for i in finishing]
         try:
-            scores: list[CloneScores | None] | None = self.voice.scores_many(finished, self.capabilities.sample_rate)
-        except Exception:  # scored one by one in _result, so a failure fails only its job
+            scores = self.voice.scores_many(finished, self.capabilities.sample_rate)
+        except Exception:  # each job is then scored alone in _result, so a failure fails only its job
             scores = None
         for k, i in enumerate(finishing):
             job = jobs.pop(i)
             try:
-                done(i, self._result(job, *((scores[k], True) if scores is not None else (None, False))))
+                done(i, self._result(job) if scores is None else self._result(job, finished[k], scores[k]))
             except Exception as exc:
                 done(i, exc)
 
@@ -278,13 +281,15 @@ class EngineCore:
         if emit is not None:
             emit(replace(chunk, audio=voiced), elapsed)
 
-    def _result(self, job: _Job, scores: CloneScores | None = None, scored: bool = False) -> SynthesisResult:
-        """The finished job's result; ``scored``: ``scores`` were computed with its batch, else they are here."""
+    def _result(
+        self, job: _Job, finished: Finished | None = None, scores: CloneScores | None = None
+    ) -> SynthesisResult:
+        """The finished job's result; ``finished`` and its ``scores`` where its batch joined and scored it."""
         request, sample_rate = job.request, self.capabilities.sample_rate
-        audio = join_chunks(job.outputs)
-        draft = join_chunks(job.drafts)
-        if not scored:
-            scores = self.voice.scores(draft, audio, sample_rate, job.plan)
+        if finished is None:
+            finished = _finished(job)
+            scores = self.voice.scores(finished.draft, finished.output, sample_rate, job.plan)
+        audio, draft = finished.output, finished.draft
         style_check = self.voice.style_check(draft, audio, sample_rate, job.plan, self._calibration)
         return SynthesisResult(
             job_id=request.job_id,

@@ -25,7 +25,7 @@ from voicelab.instruct.style import Style
 from voicelab.voice.cache import CachedVoice, ProfileCache, ProfileCacheStats
 from voicelab.voice.dsp import RENDERERS, VoiceTransform, apply_transform, apply_transforms
 from voicelab.voice.encoder import SpeakerEncoder
-from voicelab.voice.matcher import VoiceMatcher, median_f0_many
+from voicelab.voice.matcher import VoiceMatcher, median_f0, median_f0_many
 from voicelab.voice.measure import NeutralVoice, Requested, check_style, neutral_voice, spoken_units
 from voicelab.voice.profile import SpeakerProfile, build_profile, scoring_profile
 from voicelab.voice.prompt import PromptAudio
@@ -255,7 +255,7 @@ class VoiceStage:
         """The full analysis where the engine matches the voice; embedding and median pitch where it only scores."""
         if matching:
             return build_profile(prompt, self.matcher.encoder, self.device)
-        f0 = median_f0_many([np.asarray(prompt.samples, dtype=np.float32)], prompt.sample_rate, self.device)[0]
+        f0 = median_f0(np.asarray(prompt.samples, dtype=np.float32), prompt.sample_rate, self.device)
         return scoring_profile(prompt, self.matcher.encoder, f0, self.device)
 
     def scores(self, draft: np.ndarray, output: np.ndarray, sample_rate: int, plan: VoicePlan) -> CloneScores | None:
@@ -278,7 +278,7 @@ class VoiceStage:
         if self.device.startswith("cuda"):
             f0s = median_f0_many(outputs, sample_rate, self.device)
         else:
-            f0s = [f0 for output in outputs for f0 in median_f0_many([output], sample_rate, self.device)]
+            f0s = [median_f0(output, sample_rate, self.device) for output in outputs]
         out: list[CloneScores | None] = [None] * len(finished)
         for k, f0_output in zip(scored, f0s, strict=True):
             plan = finished[k].plan
