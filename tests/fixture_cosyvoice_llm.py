@@ -17,13 +17,34 @@ import importlib.util
 import io
 import os
 import sys
+import threading
 import types
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+T = TypeVar("T")
+
+
+def run_concurrently(calls: Sequence[Callable[[], T]], timeout_s: float) -> list[T | None]:
+    """Each call in its own thread, all started before any is joined (so the batcher sees them together); the
+    results in call order (None for one still running after ``timeout_s``)."""
+    results: list[T | None] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        results[index] = calls[index]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s)
+    return results
 
 
 def code_dir() -> Path | None:

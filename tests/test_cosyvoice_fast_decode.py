@@ -7,13 +7,14 @@ default .venv have none of them, so every test here skips there. Run them from a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fixture_cosyvoice_llm import require_upstream, tiny_llm, upstream_sampling
+from tests.fixture_cosyvoice_llm import require_upstream, run_concurrently, tiny_llm, upstream_sampling
 
 torch = pytest.importorskip("torch")
 SEEDS = (0, 1, 2)
@@ -183,25 +184,18 @@ def _prompt(length: int, seed: int) -> Any:
 
 
 def test_a_batch_of_different_requests_equals_each_run_alone(llm: Any) -> None:
-    import threading
-
     from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher
 
     jobs = [(_prompt(9, 1), 4, 12, 10), (_prompt(15, 2), 2, 6, 11), (_prompt(5, 3), 8, 16, 12)]  # leave early, late
     batcher = DecodeBatcher(llm, BatchConfig(slots=2, capacity=128))  # three requests, two slots: one waits
     try:
         alone = [list(batcher.decode(p, lo, hi, seed=s)) for p, lo, hi, s in jobs]
-        together: list[list[int]] = [[] for _ in jobs]
 
-        def run(index: int) -> None:
-            prompt, low, high, seed = jobs[index]
-            together[index] = list(batcher.decode(prompt, low, high, seed=seed))
+        def decoded(job: tuple[Any, int, int, int]) -> list[int]:
+            prompt, low, high, seed = job
+            return list(batcher.decode(prompt, low, high, seed=seed))
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=300)
+        together = run_concurrently([functools.partial(decoded, job) for job in jobs], timeout_s=300)
     finally:
         batcher.close()
     assert together == alone

@@ -11,14 +11,13 @@ from __future__ import annotations
 import copy
 import functools
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fixture_cosyvoice_llm import require_upstream, tiny_llm
+from tests.fixture_cosyvoice_llm import require_upstream, run_concurrently, tiny_llm
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -148,16 +147,12 @@ def test_a_batch_of_different_requests_equals_each_run_alone(llm: Any) -> None:
     batcher = DecodeBatcher(llm, BatchConfig(slots=4, capacity=1024))
     try:
         alone = [list(batcher.decode(p, lo, hi, seed=s)) for p, lo, hi, s in jobs]
-        together: list[list[int]] = [[] for _ in jobs]
 
-        def run(i: int) -> None:
-            together[i] = list(batcher.decode(jobs[i][0], jobs[i][1], jobs[i][2], seed=jobs[i][3]))
+        def decoded(job: tuple[Any, int, int, int]) -> list[int]:
+            prompt, low, high, seed = job
+            return list(batcher.decode(prompt, low, high, seed=seed))
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=600)
+        together = run_concurrently([functools.partial(decoded, job) for job in jobs], timeout_s=600)
     finally:
         batcher.close()
     assert batcher.runner.captured
@@ -173,12 +168,7 @@ def test_batched_greedy_equals_upstream(llm: Any, shrink_rows: bool) -> None:
     upstream = [_tokens(llm, index, 0) for index in range(3)]
     batcher = install_batched_decode(llm, BatchConfig(slots=3, capacity=1024, shrink_rows=shrink_rows))
     try:
-        results: list[list[int]] = [[] for _ in range(3)]
-        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, _tokens(llm, i, 0))) for i in range(3)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=600)
+        results = run_concurrently([functools.partial(_tokens, llm, i, 0) for i in range(3)], timeout_s=600)
     finally:
         batcher.close()
     assert results == upstream

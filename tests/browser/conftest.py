@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.served_app import stop_process
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -79,13 +81,7 @@ class RunningApp:
         return self
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_process(self.process)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GrowthWarning:
+    """A figure stayed above its post-warm-up baseline by more than the bound (the watches' subclasses word it)."""
+
+    baseline_bytes: int
+    current_bytes: int
+    bound_bytes: int
+    jobs_observed: int
+
+    @property
+    def growth_bytes(self) -> int:
+        return self.current_bytes - self.baseline_bytes
+
 
 class GrowthWatch:
     """Reads one figure after each job, ignoring the warm-up jobs.

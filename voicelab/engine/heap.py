@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from voicelab.engine.growth import GrowthWatch
+from voicelab.engine.growth import GrowthWarning, GrowthWatch
 
 logger = logging.getLogger(__name__)
 
@@ -120,17 +120,8 @@ def trim_after_job(policy: HeapPolicy) -> int:
 
 
 @dataclass(frozen=True)
-class RssWarning:
+class RssWarning(GrowthWarning):
     """The worker's RSS after a job stayed above its post-warm-up baseline by more than the bound."""
-
-    baseline_bytes: int
-    current_bytes: int
-    bound_bytes: int
-    jobs_observed: int
-
-    @property
-    def growth_bytes(self) -> int:
-        return self.current_bytes - self.baseline_bytes
 
     @property
     def message(self) -> str:

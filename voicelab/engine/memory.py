@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psutil
 
 from voicelab.engine import heap
-from voicelab.engine.growth import GrowthWatch
+from voicelab.engine.growth import GrowthWarning, GrowthWatch
 from voicelab.engine.messages import AllocatorStats, CleanReport, MemoryBlock, MemorySegment, SegmentSnapshot
 from voicelab.errors import BackendLoadError, DeviceOutOfMemoryError
 
@@ -282,17 +282,8 @@ class HygienePolicy:
 
 
 @dataclass(frozen=True)
-class LeakWarning:
+class LeakWarning(GrowthWarning):
     """Allocated memory after a job stayed above the post-warm-up baseline by more than the bound."""
-
-    baseline_bytes: int
-    current_bytes: int
-    bound_bytes: int
-    jobs_observed: int
-
-    @property
-    def growth_bytes(self) -> int:
-        return self.current_bytes - self.baseline_bytes
 
     @property
     def message(self) -> str:
