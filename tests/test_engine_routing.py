@@ -55,15 +55,20 @@ def _prompt(sha: str) -> PromptAudio:
     return PromptAudio(np.zeros(16000, np.float32), 16000, sha256=sha)
 
 
-def test_a_free_worker_leaves_a_job_for_the_free_worker_holding_its_profile() -> None:
+def _pool_where_worker_1_holds(sha: str) -> JobPool:
+    """Two free workers; worker 1 holds the profile of voice ``sha``."""
     pool = JobPool(Settings(queue_size=8))
-    held = {1: "voice-a"}
 
     def loads(request: SynthesisRequest) -> Sequence[WorkerLoad]:
-        sha = request.prompt.sha256 if request.prompt else None
-        return [_load(i, holds_profile=held.get(i) == sha) for i in (0, 1)]
+        held = request.prompt is not None and request.prompt.sha256 == sha
+        return [_load(i, holds_profile=held and i == 1) for i in (0, 1)]
 
     pool.loads = loads
+    return pool
+
+
+def test_a_free_worker_leaves_a_job_for_the_free_worker_holding_its_profile() -> None:
+    pool = _pool_where_worker_1_holds("voice-a")
     cloned, plain = Job(SynthesisRequest("a", prompt=_prompt("voice-a"))), Job(SynthesisRequest("b"))
     pool.submit(cloned)
     pool.submit(plain)
@@ -75,14 +80,7 @@ def test_a_free_worker_leaves_a_job_for_the_free_worker_holding_its_profile() ->
 def test_a_micro_batch_takes_only_the_jobs_routed_to_its_worker_in_queue_order() -> None:
     """Batching meets routing: worker 1 holds voice-a, so worker 0's batch is the plain jobs and worker 1's the
     cloned ones, each in the order they were queued (the micro-batcher as the slot's ``take``)."""
-    pool = JobPool(Settings(queue_size=8))
-    held = {1: "voice-a"}
-
-    def loads(request: SynthesisRequest) -> Sequence[WorkerLoad]:
-        sha = request.prompt.sha256 if request.prompt else None
-        return [_load(i, holds_profile=held.get(i) == sha) for i in (0, 1)]
-
-    pool.loads = loads
+    pool = _pool_where_worker_1_holds("voice-a")
     caps = Capabilities(languages=("en",), sample_rate=16000, batching=True, batch_bytes_per_char=1)
     batcher = MicroBatcher(BatchLimits(window_s=0.01))
     jobs = [Job(SynthesisRequest(f"t{i}.", prompt=_prompt("voice-a") if i % 2 else None)) for i in range(5)]
