@@ -94,3 +94,23 @@ def test_nvml_sees_this_process_using_at_least_what_torch_reserved(device: str) 
         pytest.skip("NVML lists processes from another pid namespace (container)")
     assert used >= torch.cuda.memory_reserved(device)
     del keep
+
+
+def test_cufft_plans_for_many_signal_lengths_stay_within_the_cap(device: str) -> None:
+    """One plan per length: 200 lengths (as the soak's outputs and prompts) must not leave 200 plans behind."""
+    cache = torch.backends.cuda.cufft_plan_cache[0]
+    default = cache.max_size
+    try:
+        memory.cap_plan_cache(device)
+        for n in range(4000, 4000 + 200 * 160, 160):  # 200 frame counts, one plan each
+            torch.stft(
+                torch.randn(n, device=device),
+                400,
+                160,
+                window=torch.hann_window(400, device=device),
+                return_complex=True,
+            )
+        assert 0 < cache.size <= memory.CUFFT_PLAN_CACHE_SIZE
+    finally:
+        cache.max_size = default
+        cache.clear()

@@ -138,6 +138,8 @@ def _naive_core(core: Any) -> Any:
     core.voice = NaiveVoiceStage(core.device)
     core.hygiene = HygienePolicy(enabled=False)  # no cleaning between jobs
     core.heap_policy = HeapPolicy(arena_max=0, trim_after_job=False)
+    if core.device.startswith("cuda"):
+        torch.backends.cuda.cufft_plan_cache[torch.device(core.device).index].max_size = 4096  # torch's default
     return core
 
 

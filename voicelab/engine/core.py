@@ -95,6 +95,7 @@ class EngineCore:
         self.device = memory.resolve_device(settings.device)
         if self.device.startswith("cuda:"):  # one worker per device: calls that name no device go to this one
             torch.cuda.set_device(self.device)
+        memory.cap_plan_cache(self.device)
         self.dtype = settings.dtype if self.device != "cpu" or settings.dtype == "float32" else "float32"
         if settings.torch_threads > 0:
             torch.set_num_threads(settings.torch_threads)
