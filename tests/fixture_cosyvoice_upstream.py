@@ -61,6 +61,7 @@ class FakeLlm:
         self.fail_after: int | None = None
         self.stop_first = False  # make the stop id the best choice from the start (random weights may)
         self.token_delay_s = 0.0
+        self.fail_on: str | None = None  # fail a request whose text contains this (the others go on)
         self.emitted = 0
         self.sampling = self._argmax
 
@@ -70,6 +71,8 @@ class FakeLlm:
 
     def inference(self, text: torch.Tensor, text_len: torch.Tensor, **kwargs: Any) -> Iterator[int]:
         self.emitted = 0
+        if self.fail_on is not None and self.fail_on in decode(text):
+            raise RuntimeError(f"this request's text has {self.fail_on!r}")
         for step in range(1000):
             if self.fail_after is not None and step >= self.fail_after:
                 raise RuntimeError("mat1 and mat2 must have the same dtype")
@@ -95,13 +98,21 @@ class FakeModel:
         self.hift_cache_dict: dict[str, Any] = {}
         self.calls: list[dict[str, Any]] = []
         self.closed_early = 0
+        self.running_jobs = self.most_jobs_at_once = 0
 
     def llm_job(
         self, text: torch.Tensor, prompt_text: torch.Tensor, prompt_token: Any, embedding: Any, key: str
     ) -> None:
-        for token in self.llm.inference(text=text, text_len=torch.tensor([text.shape[1]]), prompt_text=prompt_text):
-            self.tts_speech_token_dict[key].append(token)
-        self.llm_end_dict[key] = True
+        with self.lock:
+            self.running_jobs += 1
+            self.most_jobs_at_once = max(self.most_jobs_at_once, self.running_jobs)
+        try:
+            for token in self.llm.inference(text=text, text_len=torch.tensor([text.shape[1]]), prompt_text=prompt_text):
+                self.tts_speech_token_dict[key].append(token)
+            self.llm_end_dict[key] = True
+        finally:
+            with self.lock:
+                self.running_jobs -= 1
 
     def tts(self, stream: bool = False, speed: float = 1.0, **model_input: Any) -> Iterator[dict[str, torch.Tensor]]:
         self.calls.append({**model_input, "stream": stream, "speed": speed, "hop": self.token_hop_len})
@@ -157,5 +168,6 @@ def fake_runtime(version: int = 2, token_cap: int | None = None) -> UpstreamRunt
 
 def create(settings: Settings) -> CosyVoiceBackend:
     """``CosyVoiceBackend`` over these doubles, by "module:factory" path, for the worker engine on CPU."""
-    config = CosyVoiceConfig(Path(settings.cosyvoice_dir), "", settings.profile_cache_size)
+    slots = int(settings.backend_option("decode_slots", "1"))
+    config = CosyVoiceConfig(Path(settings.cosyvoice_dir), "", settings.profile_cache_size, slots)
     return CosyVoiceBackend(config, loader=lambda *args: fake_runtime(2))

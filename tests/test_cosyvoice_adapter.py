@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.fixture_cosyvoice_upstream import SAMPLES_PER_TOKEN, FakeModel, decode, fake_runtime
-from voicelab.backends.base import AudioChunk, SpeechRequest
+from voicelab.backends.base import AudioChunk, SpeechRequest, run_plainly
 from voicelab.backends.cosyvoice.backend import CosyVoiceBackend, CosyVoiceConfig
 from voicelab.backends.cosyvoice.modes import Mode, plan_mode
 from voicelab.backends.cosyvoice.preflight import code_problem, preflight
@@ -124,6 +124,33 @@ def test_leaving_early_closes_upstream_stops_its_thread_and_drops_its_dicts(tmp_
     assert model.closed_early == 1
     assert model.llm.emitted < 400, "the llm thread ran to the end after the caller left"
     assert model.tts_speech_token_dict == {} and model.llm_end_dict == {} and model.hift_cache_dict == {}
+
+
+def test_requests_run_side_by_side_each_as_it_would_alone_and_a_failure_fails_only_its_own(tmp_path: Path) -> None:
+    """The engine's micro-batch (``synthesize_batch``): streams at once keep their own hop length, chunks and
+    dicts; one request's error in upstream's thread reaches that request only."""
+    b = backend(tmp_path)
+    model = model_of(b)
+    model.llm.token_delay_s = 0.001
+    model.llm.fail_on = "broken"
+    texts = ["x" * 90 + ".", "y" * 140 + ".", "this one is broken.", "z" * 60 + "."]
+    requests = [SpeechRequest(t, "en", prompt=prompt(), seed=i) for i, t in enumerate(texts)]
+    alone = [[len(c.audio) for c in b.synthesize(r)] for r in requests if "broken" not in r.text]
+    model.most_jobs_at_once = 0
+    chunks: dict[int, list[AudioChunk]] = {i: [] for i in range(len(texts))}
+    errors: dict[int, Exception] = {}
+    for event in b.synthesize_batch(requests, run_plainly):
+        if event.chunk is not None:
+            chunks[event.index].append(event.chunk)
+        if event.error is not None:
+            errors[event.index] = event.error
+    assert model.most_jobs_at_once >= 3, "the requests did not overlap"
+    assert list(errors) == [2] and isinstance(errors[2], BackendRuntimeError) and "broken" in str(errors[2])
+    assert [[len(c.audio) for c in chunks[i]] for i in (0, 1, 3)] == alone
+    for i in (0, 1, 3):
+        assert [round(float(c.audio[0]) * 100) for c in chunks[i]] == list(range(len(chunks[i])))
+    assert model.tts_speech_token_dict == {} and model.llm_end_dict == {} and model.hift_cache_dict == {}
+    assert b.capabilities.batching is False  # one decode slot: the engine sends this backend one job at a time
 
 
 def test_speaker_entries_stay_in_a_bounded_lru(tmp_path: Path) -> None:

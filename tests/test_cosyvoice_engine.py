@@ -8,7 +8,9 @@ survives Clean cache and Soft restart. No torchaudio and no upstream install are
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,37 @@ def test_clean_cache_and_soft_restart_keep_it_working(engine_service: tuple[Engi
     assert report.new_pid != report.old_pid
     result = service.generate(GenerationRequest("Again", kind="clone", prompt=PromptClip(PROMPT))).first.result
     assert len(result.audio) > 0
+
+
+def test_with_several_decode_slots_waiting_jobs_run_together_each_with_its_own_length(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """decode_slots=4: jobs queued behind a long one go to the worker as one micro-batch and run side by side;
+    each answer still has its own text's length and its own similarity."""
+    model_dir = tmp_path_factory.mktemp("cosyvoice2-slots")
+    (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
+    settings = Settings(
+        backend="tests.fixture_cosyvoice_upstream:create",
+        cosyvoice_dir=str(model_dir),
+        backend_options="decode_slots=4",
+        device="cpu",
+        job_timeout_s=60,
+    )
+    with EngineClient(settings) as engine:
+        engine.wait_ready(timeout=120)
+        service = GenerationService(engine, History(tmp_path_factory.mktemp("history-slots")), settings)
+        texts = ["w" * 400, "Short one", "A little longer one", "The longest of the three here"]
+
+        def generate(text: str) -> tuple[int, int, float | None]:
+            request = GenerationRequest(text, kind="clone", prompt=PromptClip(PROMPT), options={"stream": 0})
+            result = service.generate(request).first.result
+            return len(result.audio), result.batch_size, result.similarity
+
+        with ThreadPoolExecutor(len(texts)) as pool:
+            first = pool.submit(generate, texts[0])
+            time.sleep(0.5)  # the long job holds the worker while the others queue
+            rest = [pool.submit(generate, t) for t in texts[1:]]
+            results = [first.result(), *(f.result() for f in rest)]
+    assert [n for n, _, _ in results] == [2 * len(t) * SAMPLES_PER_TOKEN for t in texts]
+    assert max(size for _, size, _ in results[1:]) >= 2, "the queued jobs never ran as one batch"
+    assert all(similarity is not None for _, _, similarity in results)

@@ -35,7 +35,7 @@ def load_naive(model_dir: Path, code_dir: str) -> Any:
     import torch
 
     from voicelab.backends.cosyvoice.backend import CosyVoiceConfig
-    from voicelab.backends.cosyvoice.upstream import LlmWatch, block_downloads, install_guards
+    from voicelab.backends.cosyvoice.upstream import RequestWatches, block_downloads, install_guards
 
     block_downloads()
     if code_dir:
@@ -47,7 +47,7 @@ def load_naive(model_dir: Path, code_dir: str) -> Any:
     model = AutoModel(model_dir=str(model_dir))
     model.model.llm.float()
     model.model.llm.load_state_dict(torch.load(model_dir / "llm.pt", map_location=model.model.device), strict=True)
-    install_guards(model.model, LlmWatch(), CosyVoiceConfig(model_dir).token_cap)
+    install_guards(model.model, RequestWatches(), CosyVoiceConfig(model_dir).token_cap)
     return model
 
 

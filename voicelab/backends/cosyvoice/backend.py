@@ -7,23 +7,33 @@ instruction untouched and only scores similarity. Each normalised sentence is on
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, OptionSpec, SpeechRequest, run_plainly
+from voicelab.backends.base import (
+    AudioChunk,
+    BatchEvent,
+    Capabilities,
+    MemoryGuard,
+    OptionSpec,
+    SpeechRequest,
+    run_plainly,
+)
 from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
 from voicelab.backends.cosyvoice.default_voice import default_prompt
 from voicelab.backends.cosyvoice.features import PROMPT_RATE, SpeakerEntry
 from voicelab.backends.cosyvoice.modes import BoundedLRU, ModePlan, plan_mode, segment_text
 from voicelab.backends.cosyvoice.preflight import model_dir_of, preflight
 from voicelab.backends.cosyvoice.upstream import UpstreamRuntime, load_runtime, model_version
+from voicelab.backends.threaded import concurrent_events
 from voicelab.errors import BackendLoadError, InvalidPromptError, InvalidTextError
 from voicelab.settings import Settings
 
@@ -38,14 +48,25 @@ Loader = Callable[[Path, str, str, str, int | None], UpstreamRuntime]
 
 
 @dataclass(frozen=True)
+class Pass:
+    """How one segment is made: streamed in upstream's chunks or whole, at which speed, from which seed."""
+
+    stream: bool
+    speed: float
+    seed: int
+
+
+@dataclass(frozen=True)
 class CosyVoiceConfig:
     """model_dir: a CosyVoice2/3 model directory. code_dir: an upstream checkout ("" = the installed package).
     speaker_cache: how many prompts' features stay on the device (least recently used goes first).
+    decode_slots: requests the LLM decodes in one batch; above 1 the engine may run that many jobs at once.
     """
 
     model_dir: Path
     code_dir: str = ""
     speaker_cache: int = 8
+    decode_slots: int = 1
 
     @property
     def token_cap(self) -> int | None:
@@ -87,6 +108,7 @@ class CosyVoiceBackend:
             streaming=True,
             dtypes=("float32", "bfloat16", "float16"),
             options=(STREAM,),
+            batching=self.config.decode_slots > 1,  # synthesize_batch: requests side by side, decode shared
         )
 
     def load(self, device: str, dtype: str) -> None:
@@ -109,10 +131,12 @@ class CosyVoiceBackend:
         entry = self._speaker(runtime, prompt.sha256, prompt.samples, prompt.sample_rate)
         stream = request.options.get("stream", STREAM.default) >= 0.5 and request.speed == 1.0
         log.info("cosyvoice %s: %d segment(s), stream=%s", plan.mode.value, len(segments), stream)
-        torch.manual_seed(request.seed)
+        torch.manual_seed(request.seed)  # upstream's own loop and the vocoder's noise draw from the default RNG
+        seeds = torch.Generator().manual_seed(request.seed)  # the batched decoder's: per request, not shared
         for index, segment in enumerate(segments):
             gap = np.zeros(round(request.sentence_silence_s * SAMPLE_RATE) if index else 0, np.float32)
-            pieces = self._segment(runtime, plan, segment, entry, stream, request.speed, guard)
+            seed = int(torch.randint(0, 2**62, (1,), generator=seeds))
+            pieces = self._segment(runtime, plan, segment, entry, Pass(stream, request.speed, seed), guard)
             try:
                 for piece_index, audio in enumerate(pieces):
                     head = gap if piece_index == 0 else gap[:0]
@@ -126,17 +150,16 @@ class CosyVoiceBackend:
         plan: ModePlan,
         segment: str,
         entry: SpeakerEntry,
-        stream: bool,
-        speed: float,
+        how: Pass,
         guard: MemoryGuard,
     ) -> Generator[np.ndarray, None, None]:
         model_input = runtime.inputs(plan, segment_text(plan, segment), entry)
-        if stream:
-            yield from runtime.run(model_input, stream=True, speed=1.0)
+        if how.stream:
+            yield from runtime.run(model_input, stream=True, speed=1.0, seed=how.seed)
             return
 
         def whole() -> np.ndarray:
-            return _joined(runtime.run(model_input, stream=False, speed=speed))
+            return _joined(runtime.run(model_input, stream=False, speed=how.speed, seed=how.seed))
 
         def halves() -> np.ndarray:
             words = segment.split()
@@ -144,9 +167,25 @@ class CosyVoiceBackend:
                 return whole()
             parts = (" ".join(words[: len(words) // 2]), " ".join(words[len(words) // 2 :]))
             return np.concatenate([_joined(runtime.run(runtime.inputs(plan, segment_text(plan, p), entry),
-                                                       stream=False, speed=speed)) for p in parts])  # fmt: skip
+                                                       stream=False, speed=how.speed, seed=how.seed))
+                                   for p in parts])  # fmt: skip
 
         yield guard(whole, halves)
+
+    def synthesize_batch(self, requests: Sequence[SpeechRequest], guard: MemoryGuard) -> Iterator[BatchEvent]:
+        """The engine's micro-batch: each request in its own thread through ``synthesize``; their LLM steps join
+        the shared decode batch. Each thread keeps the caller's grad mode and CUDA device (both per thread)."""
+        inference = torch.is_inference_mode_enabled()
+        device = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+        @contextlib.contextmanager
+        def thread_context() -> Iterator[None]:
+            if device is not None:
+                torch.cuda.set_device(device)
+            with torch.inference_mode(inference):
+                yield
+
+        return concurrent_events(requests, lambda request: self.synthesize(request, guard), thread_context)
 
     def _speaker(self, runtime: UpstreamRuntime, key: str, samples: np.ndarray, sample_rate: int) -> SpeakerEntry:
         entry = self.speakers.get(key)
@@ -173,11 +212,12 @@ def create(settings: Settings) -> CosyVoiceBackend:
     problem = preflight(settings)
     if problem:
         raise BackendLoadError(problem)
-    config = CosyVoiceConfig(Path(model_dir_of(settings)), settings.cosyvoice_code, settings.profile_cache_size)
     try:  # --backend-options fast_decode=auto|on|off,decode_slots=N
         decode = DecodeChoice.parse(
             settings.backend_option("fast_decode", "auto"), settings.backend_option("decode_slots", "1")
         )
     except ValueError as exc:
         raise BackendLoadError(f"CosyVoice backend option: {exc}.") from exc
+    model_dir = Path(model_dir_of(settings))
+    config = CosyVoiceConfig(model_dir, settings.cosyvoice_code, settings.profile_cache_size, decode.slots)
     return CosyVoiceBackend(config, functools.partial(load_runtime, decode=decode))

@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +68,7 @@ class DecodeBatcher:
         self.active: dict[int, _Request] = {}
         self.wake = threading.Condition()
         self.closed = False
+        self.seed_source: Callable[[], int | None] = lambda: None  # the calling request's seed (upstream.py sets it)
         self.driver = threading.Thread(target=self._drive, name="voicelab-llm-batch", daemon=True)
         self.driver.start()
 
@@ -178,7 +179,7 @@ def install_batched_decode(llm: Any, config: BatchConfig) -> DecodeBatcher:
         if hasattr(llm, "vllm") or not batcher.fits(lm_input, max_len):
             yield from original(lm_input, sampling, min_len, max_len, uuid)
             return
-        yield from batcher.decode(lm_input, min_len, max_len)
+        yield from batcher.decode(lm_input, min_len, max_len, seed=batcher.seed_source())
 
     llm.inference_wrapper = inference_wrapper
     log.info("batched decode: %d slots, cache %.1f MiB", config.slots, batcher.runner.cache.nbytes / 2**20)

@@ -1,11 +1,12 @@
-"""Upstream CosyVoice2/3 loaded lazily with an explicit dtype, never downloading, and driven one request at a time.
+"""Upstream CosyVoice2/3 loaded lazily with an explicit dtype, never downloading, driven by one or several requests.
 
 Upstream's ``CosyVoice2Model.tts`` starts an ``llm_job`` thread that fills a per-request dict with speech tokens
 while the caller turns them into audio. Left alone, an exception in that thread is lost (the caller later fails
 with a misleading vocoder error, or spins forever when streaming), a generator closed early leaves its per-request
 dicts behind, and the streaming hop length grows across requests. ``UpstreamRuntime`` fixes each per instance
 (no upstream module is modified): the thread's error is kept and raised as ``BackendRuntimeError``; early exit
-stops the thread and drops the request's entries; the hop length is reset before every request.
+stops the thread and drops the request's entries; the hop length is reset before every request. All of that is
+per request (``RequestWatches``, a per-thread hop length), so requests may run side by side in one model.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from voicelab.backends.cosyvoice.batch_decode import DecodeBatcher
 from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, prepare_llm
 from voicelab.backends.cosyvoice.features import SpeakerEntry, UpstreamFeaturizer
 from voicelab.backends.cosyvoice.modes import Mode, ModePlan
@@ -73,18 +75,19 @@ def token_limit(text_tokens: int, cap: int) -> int:
 
 
 class LlmWatch:
-    """What happened in upstream's ``llm_job`` thread for the current request, and a way to stop it early."""
+    """What happened in upstream's ``llm_job`` thread for one request, and a way to stop it early.
 
-    def __init__(self) -> None:
+    uuid: upstream's id for the request (its per-request dict key), learnt when the thread starts. seed: for the
+    batched decoder's sampler, so a request's tokens do not depend on which requests run beside it.
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+        self.uuid: str | None = None
         self.error: BaseException | None = None
         self.started = threading.Event()
         self.done = threading.Event()
         self.cancel = threading.Event()
-
-    def reset(self) -> None:
-        self.error = None
-        for event in (self.started, self.done, self.cancel):
-            event.clear()
 
     def raise_if_failed(self, cause: BaseException | None = None) -> None:
         error = self.error
@@ -96,13 +99,52 @@ class LlmWatch:
         raise BackendRuntimeError(message) from (cause or error)
 
 
-def install_guards(model: Any, watch: LlmWatch, token_cap: int | None) -> None:
+class RequestWatches:
+    """Each running request's ``LlmWatch``, so several requests can run in one model at once.
+
+    Upstream's ``tts`` hands the ``text`` tensor we passed it, unchanged, to its ``llm_job`` thread (first
+    argument; the request's uuid is the last), so that object's identity finds the request's watch. Inside the
+    thread, ``current`` is that watch (the token loop and the batched decoder read it). A thread not started for
+    one of ours (upstream's own callers) gets a watch of its own.
+    """
+
+    def __init__(self) -> None:
+        self._by_text: dict[int, LlmWatch] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def register(self, text: torch.Tensor, watch: LlmWatch) -> None:
+        with self._lock:
+            self._by_text[id(text)] = watch
+
+    def release(self, text: torch.Tensor) -> None:
+        with self._lock:
+            self._by_text.pop(id(text), None)
+
+    def enter(self, text: Any, request_id: str) -> LlmWatch:
+        """Called first in an ``llm_job`` thread: its request's watch, now this thread's ``current``."""
+        with self._lock:
+            watch = self._by_text.get(id(text)) or LlmWatch()
+        watch.uuid = request_id
+        self._local.watch = watch
+        return watch
+
+    def current(self) -> LlmWatch | None:
+        return getattr(self._local, "watch", None)
+
+    def current_seed(self) -> int | None:
+        watch = self.current()
+        return watch.seed if watch is not None else None
+
+
+def install_guards(model: Any, watches: RequestWatches, token_cap: int | None) -> None:
     """Wrap this model instance's ``llm_job`` and ``llm.inference`` (and, for random weights, its sampler)."""
     original_job: Callable[..., None] = model.llm_job
     original_inference: Callable[..., Generator[int, None, None]] = model.llm.inference
 
     def guarded_job(*args: Any) -> None:
         request_id = args[-1]
+        watch = watches.enter(args[0], request_id)
         watch.started.set()
         try:
             original_job(*args)
@@ -118,10 +160,11 @@ def install_guards(model: Any, watch: LlmWatch, token_cap: int | None) -> None:
     def watched_inference(*args: Any, **kwargs: Any) -> Iterator[int]:
         text_len = kwargs.get("text_len")
         limit = token_limit(int(text_len.reshape(-1)[0]), token_cap) if token_cap and text_len is not None else None
+        watch = watches.current()
         tokens = original_inference(*args, **kwargs)
         try:
             for count, token in enumerate(tokens):
-                if watch.cancel.is_set() or (limit is not None and count >= limit):
+                if (watch is not None and watch.cancel.is_set()) or (limit is not None and count >= limit):
                     return
                 yield token
         finally:
@@ -131,6 +174,25 @@ def install_guards(model: Any, watch: LlmWatch, token_cap: int | None) -> None:
     model.llm.inference = watched_inference
     if token_cap:
         _mask_stop_tokens(model.llm)
+
+
+def isolate_hop_length(model: Any) -> None:
+    """Give each thread its own ``token_hop_len`` on this model instance (upstream grows the attribute with every
+    streamed chunk, so two streams at once would step on each other's); a thread starts at the loaded value.
+    The instance's class becomes a subclass with that one property; upstream's class is untouched."""
+    if "token_hop_len" not in vars(model):
+        return
+    initial = vars(model).pop("token_hop_len")
+    local = threading.local()
+
+    def get(self: Any) -> Any:
+        return getattr(local, "value", initial)
+
+    def put(self: Any, value: Any) -> None:
+        local.value = value
+
+    base = type(model)
+    model.__class__ = type(base.__name__, (base,), {"token_hop_len": property(get, put), "__module__": base.__module__})
 
 
 def _mask_stop_tokens(llm: Any) -> None:
@@ -156,10 +218,11 @@ class UpstreamRuntime:
     ) -> None:
         self.frontend, self.model, self.featurizer = frontend, model, featurizer
         self.version, self.sample_rate = version, sample_rate
-        self.watch = LlmWatch()
+        self.watches = RequestWatches()
         self.decoder: Any = None  # our fast decode path (``decode_setup.prepare_llm``), closed with the runtime
         self.hop_len: int | None = getattr(model, "token_hop_len", None)
-        install_guards(model, self.watch, token_cap)
+        install_guards(model, self.watches, token_cap)
+        isolate_hop_length(model)
 
     def normalize(self, text: str) -> list[str]:
         """Upstream's text normalisation and sentence splitting (wetext when installed, else none)."""
@@ -190,42 +253,45 @@ class UpstreamRuntime:
             model_input["llm_prompt_speech_token"] = entry.speech_token
         return model_input
 
-    def run(self, model_input: dict[str, torch.Tensor], stream: bool, speed: float) -> Iterator[np.ndarray]:
-        """Upstream's generator as float32 arrays; closed (and its request's state dropped) however we leave."""
+    def run(
+        self, model_input: dict[str, torch.Tensor], stream: bool, speed: float, seed: int | None = None
+    ) -> Iterator[np.ndarray]:
+        """Upstream's generator as float32 arrays; closed (and its request's state dropped) however we leave.
+        Safe to call from several threads at once (each request has its own watch, uuid and hop length)."""
         if self.hop_len is not None:
             self.model.token_hop_len = self.hop_len  # upstream PR #1849: it grows across requests otherwise
-        self.watch.reset()
-        before = self._session_ids()
+        watch = LlmWatch(seed)
+        text = model_input["text"]
+        self.watches.register(text, watch)
         outputs = self.model.tts(**model_input, stream=stream, speed=speed)
         finished = False
         try:
             for output in outputs:
-                self.watch.raise_if_failed()
+                watch.raise_if_failed()
                 yield output["tts_speech"].reshape(-1).float().cpu().numpy()
             finished = True
-            self.watch.raise_if_failed()
+            watch.raise_if_failed()
         except VoiceLabError:
             raise
         except Exception as exc:
-            self.watch.raise_if_failed(cause=exc)
+            watch.raise_if_failed(cause=exc)
             raise
         finally:
-            self._finish(outputs, before, finished)
+            self._finish(outputs, watch, finished)
+            self.watches.release(text)
 
-    def _finish(self, outputs: Any, before: set[str], finished: bool) -> None:
+    def _finish(self, outputs: Any, watch: LlmWatch, finished: bool) -> None:
         if not finished:
-            self.watch.cancel.set()
+            watch.cancel.set()
         outputs.close()
-        if not finished and self.watch.started.is_set() and not self.watch.done.wait(timeout=60):
+        if not finished and watch.started.is_set() and not watch.done.wait(timeout=60):
             log.warning("upstream llm_job did not stop within 60 s")
-        with self.model.lock:
+        if watch.uuid is None:
+            return
+        with self.model.lock:  # upstream drops these itself only when its generator runs to the end
             for name in SESSION_DICTS:
                 table: dict[str, Any] = getattr(self.model, name, None) or {}
-                for key in [k for k in table if k not in before]:
-                    table.pop(key, None)
-
-    def _session_ids(self) -> set[str]:
-        return set(getattr(self.model, "tts_speech_token_dict", {}))
+                table.pop(watch.uuid, None)
 
     def close(self) -> None:
         if self.decoder is not None:
@@ -312,4 +378,6 @@ def load_runtime(
     log.info("CosyVoice%d loaded from %s (%s, token cap %s)", version, model_dir, dtype, token_cap)
     runtime = UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
     runtime.decoder = decoder
+    if isinstance(decoder, DecodeBatcher):
+        decoder.seed_source = runtime.watches.current_seed  # each request samples from its own seed
     return runtime
