@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voicelab.bench.cosyvoice import MIB, goal_lines, short_jobs, workload
+from voicelab.bench.cosyvoice import MIB, goal_lines, short_jobs, summary, workload
+from voicelab.bench.cosyvoice_sides import stream_jobs
 
 
 def test_workload_spans_the_issue_range_with_new_prompts_and_mandarin(tmp_path: Path) -> None:
@@ -44,3 +45,20 @@ def test_throughput_requests_are_single_sentences_on_the_base_prompts() -> None:
     jobs = short_jobs()
     assert len(jobs) == 8 and all(20 < len(job.text) < 120 for job in jobs)
     assert len({job.prompt for job in jobs}) == 4
+
+
+def test_throughput_is_judged_at_8_and_16_clients_against_upstreams_largest_count_when_it_ran_fewer() -> None:
+    ours = _side([5 * MIB] * 4, [900 * MIB] * 4, 10)
+    upstream = _side([5 * MIB] * 4, [900 * MIB] * 4, 10)
+    ours["throughput"] = [{"clients": c, "requests_per_s": r} for c, r in ((1, 0.5), (8, 1.0), (16, 1.1))]
+    upstream["throughput"] = [{"clients": c, "requests_per_s": r} for c, r in ((1, 0.2), (8, 0.2))]
+    lines = {line.split(":")[0]: line for line in goal_lines(ours, upstream, None)}
+    assert lines["throughput at 8 clients, voicelab / upstream"].endswith("5.000 (goal >= 4) pass")
+    assert lines["throughput at 16 clients, voicelab / upstream"].endswith("5.500 (goal >= 6) FAIL")
+
+
+def test_streamed_requests_have_the_named_length_and_rtf_counts_long_requests_apart(tmp_path: Path) -> None:
+    jobs = stream_jobs(workload(8, 200, tmp_path), 200)
+    assert len(jobs) == 8 and all(190 <= len(job.text) <= 200 for job in jobs) and len({j.text for j in jobs}) == 8
+    figures = summary([(1.0, 0.2, 2.0), (3.0, 0.2, 10.0), (2.0, 0.2, 10.0)])
+    assert figures["rtf_8s_plus"] == 0.25 and figures["requests_8s_plus"] == 2

@@ -1,7 +1,8 @@
 """CosyVoice soak and speed: VoiceLab's engine vs upstream driven as its webui does, side by side in one run.
 
     python -m voicelab bench cosyvoice --model-dir DIR [--code DIR] [--requests 200] [--dtype float32]
-        [--max-chars 200] [--stream-requests 8] [--clients 1,2,4,8] [--probe-dtype float16] [--json OUT.json]
+        [--max-chars 200] [--stream-requests 8] [--stream-chars 200] [--clients 1,2,4,8] [--upstream-clients 1,8]
+        [--probe-dtype float16] [--backend-options decode_slots=16] [--json OUT.json]
 
 The same deterministic workload for both: zero-shot requests of 5 to ``--max-chars`` characters (lengths skewed
 toward short, as real requests are; one in four Mandarin), with the four prompts in tests/data, three requests in
@@ -109,7 +110,16 @@ def summary(rows: Sequence[Sequence[float]]) -> dict[str, float]:
         "tokens_per_s": float(audio.sum() * TOKENS_PER_S / latency.sum()),
         "ttfa_p50_s": float(np.percentile(first, 50)),
         "audio_s": float(audio.sum()),
+        **_long_rtf(latency, audio),
     }
+
+
+def _long_rtf(latency: np.ndarray, audio: np.ndarray, seconds: float = 8.0) -> dict[str, float]:
+    """RTF over the requests of at least ``seconds`` of audio (the goal names a 10 s utterance)."""
+    long = audio >= seconds
+    if not long.any():
+        return {}
+    return {"rtf_8s_plus": float(latency[long].sum() / audio[long].sum()), "requests_8s_plus": int(long.sum())}
 
 
 def _print_side(label: str, result: dict[str, Any]) -> None:
@@ -146,16 +156,35 @@ def goal_lines(ours: dict[str, Any], upstream: dict[str, Any] | None, probe: dic
     ]  # fmt: skip
     if upstream is not None:
         reserved = max(s["reserved"] for s in samples), max(s["reserved"] for s in upstream["samples"])
-        p50 = summary(ours["rows"])["p50_s"] / summary(upstream["rows"])["p50_s"]
+        same = ours["rows"][: len(upstream["rows"])]  # the same requests (upstream may run only the first N)
+        p50 = summary(same)["p50_s"] / summary(upstream["rows"])["p50_s"]
         lines += [
             ("max reserved, voicelab / upstream", reserved[0] / reserved[1], "<= 1", reserved[0] <= reserved[1]),
             ("p50 latency, voicelab / upstream", p50, "<= 1.05", p50 <= 1.05),
             ("upstream host RSS growth per zero-shot call, MiB", _rss_per_call(upstream), "(reference)", True),
         ]
+        lines += _throughput_lines(ours, upstream)
     if probe is not None:
         ratio = probe["probe_peak"] / ours["probe_peak"]
         lines.append(("probe dtype peak / float32 peak", ratio, "<= 0.65", ratio <= 0.65))
     return [f"{name}: {value:.3f} (goal {goal}) {'pass' if ok else 'FAIL'}" for name, value, goal, ok in lines]
+
+
+def _throughput_lines(ours: dict[str, Any], upstream: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
+    """Requests/s at 8 and 16 clients over upstream's at the same count, or at its largest one when it ran fewer
+    (its webui serves two at a time, so past two clients its throughput is flat)."""
+    theirs = {row["clients"]: row["requests_per_s"] for row in upstream.get("throughput", [])}
+    lines = []
+    for row in ours.get("throughput", []):
+        goal = {8: 4.0, 16: 6.0}.get(row["clients"])
+        if goal is None or not theirs:
+            continue
+        base = theirs.get(row["clients"], theirs[max(theirs)])
+        ratio = row["requests_per_s"] / base
+        lines.append(
+            (f"throughput at {row['clients']} clients, voicelab / upstream", ratio, f">= {goal:g}", ratio >= goal)
+        )
+    return lines
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -168,6 +197,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--probe-dtype", default="float16", help="'' to skip the reduced-precision peak probe")
     parser.add_argument("--clients", type=lambda s: [int(c) for c in s.split(",")], default=[1, 2, 4, 8])
+    parser.add_argument(
+        "--upstream-clients", type=lambda s: [int(c) for c in s.split(",")], default=None,
+        help="upstream's client counts, if fewer (its webui queue serves two at once, so more clients only wait)",
+    )  # fmt: skip
+    parser.add_argument("--stream-chars", type=int, default=200, help="streamed requests' text length (0: as drawn)")
     parser.add_argument("--throughput-requests", type=int, default=8, help="per client count (at least 2 each)")
     parser.add_argument("--skip-upstream", action="store_true")
     parser.add_argument("--upstream-requests", type=int, default=0, help="upstream runs the first N only (0: all)")

@@ -100,7 +100,8 @@ def _throughputs(
     call: Callable[[Job], float], args: argparse.Namespace, jobs: Sequence[Job], limit: int | None
 ) -> list:
     rows = []
-    for clients in args.clients:
+    counts = args.upstream_clients if limit is not None and getattr(args, "upstream_clients", None) else args.clients
+    for clients in counts:
         count = max(args.throughput_requests, 2 * clients)
         rows.append(throughput(call, [jobs[i % len(jobs)] for i in range(count)], clients, limit))
     return rows
@@ -133,6 +134,17 @@ def _request(job: Job, stream: bool) -> Any:
         job.text, kind="clone", prompt=PromptClip(job.prompt, job.transcript), seed=job.seed,
         options={"stream": 1.0 if stream else 0.0},
     )  # fmt: skip
+
+
+def stream_jobs(jobs: Sequence[Job], chars: int) -> list[Job]:
+    """The streamed phase's requests: the soak's first ones, each text cut from the corpus at ``chars`` characters
+    (0: as drawn), so time to first audio is measured on a text of the length the goal names."""
+    if not chars:
+        return list(jobs)
+    from voicelab.bench.soak import CORPUS
+
+    texts = [CORPUS[(97 * i) % (len(CORPUS) - chars) :][:chars] for i in range(len(jobs))]
+    return [Job(text.strip(), job.prompt, job.transcript, job.seed) for text, job in zip(texts, jobs, strict=True)]
 
 
 def _engine_sample(engine: Any, window: int) -> Sample:
@@ -176,7 +188,7 @@ def run_voicelab(args: argparse.Namespace, jobs: list[Job], short: list[Job], co
         service = GenerationService(engine, None, settings)
         rows, samples, peaks = _soak(service, engine, jobs)
         streamed = []
-        for job in jobs[: args.stream_requests]:
+        for job in stream_jobs(jobs[: args.stream_requests], getattr(args, "stream_chars", 0)):
             result = service.generate(_request(job, stream=True)).first.result
             streamed.append((result.latency_s, result.first_audio_s, result.duration_s))
 
