@@ -195,7 +195,11 @@ def run_voicelab(args: argparse.Namespace, jobs: list[Job], short: list[Job], co
         def call(job: Job) -> float:
             return float(service.generate(_request(job, stream=False)).first.result.duration_s)
 
-        served = _throughputs(call, args, short, None)
+        try:
+            served = _throughputs(call, args, short, None)
+        except Exception as exc:  # the soak's figures above still stand; say what broke
+            print(f"  voicelab throughput failed: {type(exc).__name__}: {exc}", flush=True)
+            served = []
         restart = engine.soft_restart(timeout=600)
         time.sleep(1.0)  # NVML's per-process figure settles a moment after the load
         restarted_nvml = nvml_used(restart.new_pid)
