@@ -136,6 +136,31 @@ def test_requests_too_long_for_the_cache_run_upstreams_loop(llm: Any) -> None:
     assert fast == upstream
 
 
+def test_a_request_asking_more_than_the_cache_holds_is_cut_to_it_not_sent_to_upstreams_loop(llm_dir: Path) -> None:
+    """Upstream's max_len (6x text here, 20x in the real config) is a ceiling: a long text must not lose the fast
+    path for it. Greedy, so the fast path's tokens are upstream's first ones, as many as the cache has room for."""
+    from voicelab.backends.cosyvoice.fast_decode import FastDecodeConfig, fix_step_mask, install_fast_decode
+    from voicelab.backends.cosyvoice.kv_cache import decode_room
+
+    llm = tiny_llm(llm_dir, top_k=1, tau_r=2.0)
+    fix_step_mask(llm.llm)
+    seen: list[int] = []
+    original = llm.inference_wrapper
+
+    def spy(lm_input: torch.Tensor, *args: Any) -> Iterator[int]:
+        seen.append(int(lm_input.shape[1]))
+        return original(lm_input, *args)
+
+    llm.inference_wrapper = spy
+    upstream = _tokens(lambda: llm.inference(**_inputs()), 0)
+    assert len(upstream) == 18
+    decoder = install_fast_decode(llm, FastDecodeConfig(capacity=seen[0] + 10))
+    fast = _tokens(lambda: llm.inference(**_inputs()), 0)
+    assert fast == upstream[:10] and not decoder.lock.locked()
+    assert len(seen) == 1, "the long request ran upstream's loop (the spy under the fast path) instead of the fast path"
+    assert decode_room(15, 6, 18, 20) is None and decode_room(15, 6, 18, 40) == 18
+
+
 def test_static_step_log_probs_match_a_full_forward(llm: Any) -> None:
     from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache
     from voicelab.backends.cosyvoice.step_graphs import StepRunner

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache
+from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache, decode_room
 from voicelab.backends.cosyvoice.sampling import TokenRules
 from voicelab.backends.cosyvoice.step_graphs import StepRunner
 
@@ -72,8 +72,8 @@ class DecodeBatcher:
         self.driver = threading.Thread(target=self._drive, name="voicelab-llm-batch", daemon=True)
         self.driver.start()
 
-    def fits(self, lm_input: torch.Tensor, max_len: int) -> bool:
-        return int(lm_input.shape[1]) + max_len <= self.config.capacity
+    def room(self, lm_input: torch.Tensor, min_len: int, max_len: int) -> int | None:
+        return decode_room(int(lm_input.shape[1]), min_len, max_len, self.config.capacity)
 
     def decode(self, lm_input: torch.Tensor, min_len: int, max_len: int, seed: int | None = None) -> Iterator[int]:
         """Upstream's token loop for one request, run in the shared batch; ``seed`` fixes its sampling (default:
@@ -169,17 +169,19 @@ class DecodeBatcher:
 
 def install_batched_decode(llm: Any, config: BatchConfig) -> DecodeBatcher:
     """Route this LLM instance's token loop through a shared ``DecodeBatcher`` (upstream's class is untouched);
-    requests that do not fit its cache run upstream's own loop."""
+    ``max_len`` is cut to what its cache holds;
+    a request whose prompt leaves no room runs upstream's own loop."""
     batcher = DecodeBatcher(llm, config)
     original = llm.inference_wrapper
 
     def inference_wrapper(
         lm_input: torch.Tensor, sampling: int, min_len: int, max_len: int, uuid: str
     ) -> Iterator[int]:
-        if hasattr(llm, "vllm") or not batcher.fits(lm_input, max_len):
+        room = batcher.room(lm_input, min_len, max_len)
+        if hasattr(llm, "vllm") or room is None:
             yield from original(lm_input, sampling, min_len, max_len, uuid)
             return
-        yield from batcher.decode(lm_input, min_len, max_len, seed=batcher.seed_source())
+        yield from batcher.decode(lm_input, min_len, room, seed=batcher.seed_source())
 
     llm.inference_wrapper = inference_wrapper
     log.info("batched decode: %d slots, cache %.1f MiB", config.slots, batcher.runner.cache.nbytes / 2**20)

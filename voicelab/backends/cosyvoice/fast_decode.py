@@ -4,8 +4,9 @@
 ``inference`` drives) with ``FastDecoder.decode``, which keeps upstream's semantics: prefill the whole prompt
 embedding, then per token the log-softmax of ``llm_decoder``, the end token masked while fewer than ``min_len``
 tokens exist, upstream's ``ras_sampling`` (``sampling.py``), stop at any stop id, at most ``max_len`` tokens, the
-next input being the token's ``speech_embedding`` row. A request that does not fit the cache, or that arrives
-while another holds the decoder, runs upstream's own loop instead, so nothing is ever refused.
+next input being the token's ``speech_embedding`` row. A request's ``max_len`` is cut to what the cache holds
+(``kv_cache.decode_room``); one whose prompt leaves no room, or that arrives while another holds the decoder, runs
+upstream's own loop instead, so nothing is ever refused.
 
 ``fix_step_mask`` repairs upstream's eager step under transformers 5: upstream passes a one-column attention mask
 with each new token, which transformers 4 read as "no padding" but transformers 5 pads with zeros, so every decode
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 
-from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache
+from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache, decode_room
 from voicelab.backends.cosyvoice.sampling import TokenRules
 from voicelab.backends.cosyvoice.step_graphs import StepRunner
 
@@ -52,8 +53,8 @@ class FastDecoder:
         self.runner = StepRunner(llm, cache, config.graphs)
         self.lock = threading.Lock()
 
-    def fits(self, lm_input: torch.Tensor, max_len: int) -> bool:
-        return int(lm_input.shape[1]) + max_len <= self.config.capacity
+    def room(self, lm_input: torch.Tensor, min_len: int, max_len: int) -> int | None:
+        return decode_room(int(lm_input.shape[1]), min_len, max_len, self.config.capacity)
 
     def close(self) -> None:
         """Nothing to stop (no thread); the cache and graphs go with the last reference."""
@@ -84,11 +85,12 @@ def install_fast_decode(llm: Any, config: FastDecodeConfig) -> FastDecoder:
     def inference_wrapper(
         lm_input: torch.Tensor, sampling: int, min_len: int, max_len: int, uuid: str
     ) -> Iterator[int]:
-        if hasattr(llm, "vllm") or not decoder.fits(lm_input, max_len) or not decoder.lock.acquire(blocking=False):
+        room = decoder.room(lm_input, min_len, max_len)
+        if hasattr(llm, "vllm") or room is None or not decoder.lock.acquire(blocking=False):
             yield from original(lm_input, sampling, min_len, max_len, uuid)
             return
         try:
-            yield from decoder.decode(lm_input, min_len, max_len)
+            yield from decoder.decode(lm_input, min_len, room)
         finally:
             decoder.lock.release()
 
