@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,11 @@ def _random_dir(version: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_model(tmp_path_factory.mktemp(f"cosyvoice{version}"), version, tiny=True, device="cuda")
 
 
-def _service(model_dir: Path, tmp: Path, dtype: str = "float32") -> Iterator[tuple[EngineClient, GenerationService]]:
+def _service(
+    model_dir: Path, tmp: Path, dtype: str = "float32", options: str = ""
+) -> Iterator[tuple[EngineClient, GenerationService]]:
     settings = Settings(
+        backend_options=options,
         backend="cosyvoice",
         cosyvoice_dir=str(model_dir),
         cosyvoice_code=os.environ.get("VOICELAB_COSYVOICE_CODE", ""),
@@ -118,6 +122,35 @@ def test_clean_cache_and_soft_restart_work_on_it(engine_service: tuple[EngineCli
     assert restart.new_pid != restart.old_pid
     result = service.generate(GenerationRequest("Still here after a restart.", kind="clone", prompt=PromptClip(PROMPT)))
     assert result.first.result.duration_s > 0.5
+
+
+def test_jobs_queued_together_run_side_by_side_each_as_long_as_alone(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """decode_slots=4: the engine sends queued jobs as one micro-batch; each job's LLM decodes in the shared batch
+    from its own seed, so its length equals the length it has alone (same seed), whoever runs beside it."""
+    _skip_without_gpu_or_install()
+    texts = [TEXT, "Short one.", "The committee will meet again on Thursday.", "Why does the river sound louder?"]
+    tmp = tmp_path_factory.mktemp("history-slots")
+    services = _service(_random_dir(2, tmp_path_factory), tmp, options="decode_slots=4")
+    engine, service = next(services)
+
+    def take(text: str) -> tuple[float, int]:
+        request = GenerationRequest(
+            text, kind="clone", prompt=PromptClip(PROMPT, TRANSCRIPT), seed=11, options={"stream": 0}
+        )
+        result = service.generate(request).first.result
+        return result.duration_s, result.batch_size
+
+    try:
+        alone = [take(text)[0] for text in texts]
+        with ThreadPoolExecutor(len(texts)) as pool:
+            together = list(pool.map(take, texts))
+        assert engine.allocator_stats().allocated > 0
+    finally:
+        services.close()
+    assert [seconds for seconds, _ in together] == alone
+    assert max(size for _, size in together) >= 2, "the jobs never ran as one micro-batch"
 
 
 def test_real_weights_clone_when_a_model_directory_is_given(tmp_path: Path) -> None:
