@@ -116,6 +116,7 @@ class EngineCore:
         self.leak_watch = memory.LeakWatch(int(settings.leak_warn_mib * 2**20))
         self.rss_watch = heap.RssWatch(int(settings.rss_warn_mib * 2**20))
         self._device_leak: str | None = None
+        self._last_auto_clean: AllocatorStats | None = None  # what the last automatic clean left
         self.hygiene = memory.HygienePolicy(
             enabled=settings.auto_clean,
             cached_share=settings.auto_clean_cached_share,
@@ -376,11 +377,13 @@ class EngineCore:
         self._device_leak = warning.message if warning is not None else self._device_leak
         host = self.rss_watch.observe(stats.worker_rss)
         self.leak_warning = " ".join(m for m in (self._device_leak, host and host.message) if m) or None
-        reason = self.hygiene.should_clean(stats, memory.device_total(self.device))
+        reason = self.hygiene.should_clean(stats, memory.device_total(self.device), self._last_auto_clean)
         if reason is None:
             return None
         log.info("automatic clean: %s", reason)
-        return self.clean_cache(False, release_graphs=False)
+        report = memory.clean_device_cache(self.device, thorough=False)
+        self._last_auto_clean = report.after
+        return report
 
     def control(self, request: ControlRequest) -> CleanReport | SegmentSnapshot | AllocatorStats | None:
         handlers: dict[ControlKind, Callable[[], CleanReport | SegmentSnapshot | AllocatorStats | None]] = {
