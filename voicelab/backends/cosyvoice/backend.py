@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import logging
+import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,7 @@ class CosyVoiceBackend:
         self.loader = loader
         self.runtime: UpstreamRuntime | None = None
         self.speakers: BoundedLRU[SpeakerEntry] = BoundedLRU(config.speaker_cache)
+        self._speaker_lock = threading.Lock()
         self.default_prompt = default_prompt()
 
     @property
@@ -188,13 +190,15 @@ class CosyVoiceBackend:
         return concurrent_events(requests, lambda request: self.synthesize(request, guard), thread_context)
 
     def _speaker(self, runtime: UpstreamRuntime, key: str, samples: np.ndarray, sample_rate: int) -> SpeakerEntry:
-        entry = self.speakers.get(key)
-        if entry is None:
-            if sample_rate != PROMPT_RATE:
-                raise InvalidPromptError("The voice prompt must be resampled to 16 kHz by intake before CosyVoice.")
-            entry = runtime.speaker(samples)
-            self.speakers.put(key, entry)
-        return entry
+        """The prompt's features, from the LRU or made once (requests side by side with one new prompt share it)."""
+        with self._speaker_lock:
+            entry = self.speakers.get(key)
+            if entry is None:
+                if sample_rate != PROMPT_RATE:
+                    raise InvalidPromptError("The voice prompt must be resampled to 16 kHz by intake before CosyVoice.")
+                entry = runtime.speaker(samples)
+                self.speakers.put(key, entry)
+            return entry
 
     def _loaded(self) -> UpstreamRuntime:
         if self.runtime is None:
