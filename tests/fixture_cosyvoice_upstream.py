@@ -170,4 +170,10 @@ def create(settings: Settings) -> CosyVoiceBackend:
     """``CosyVoiceBackend`` over these doubles, by "module:factory" path, for the worker engine on CPU."""
     slots = int(settings.backend_option("decode_slots", "1"))
     config = CosyVoiceConfig(Path(settings.cosyvoice_dir), "", settings.profile_cache_size, slots)
-    return CosyVoiceBackend(config, loader=lambda *args: fake_runtime(2))
+
+    def loader(*args: Any) -> UpstreamRuntime:
+        runtime = fake_runtime(2)
+        runtime.model.llm.token_delay_s = float(settings.backend_option("token_delay_ms", "0")) / 1000
+        return runtime
+
+    return CosyVoiceBackend(config, loader=loader)

@@ -51,6 +51,8 @@ class Capabilities:
     how many jobs fit (0: no estimate, the job-count limit alone).
     batch_split_options: options whose different values cannot share a batch (they change shapes); requests
     batch together only with equal values of these.
+    concurrent_jobs: how many jobs the backend runs side by side, a new one joining while others run (its own
+    batching happens below the request, as CosyVoice's shared decode step); 1: one job or micro-batch at a time.
     """
 
     languages: tuple[str, ...]
@@ -64,6 +66,7 @@ class Capabilities:
     batching: bool = False
     batch_bytes_per_char: int = 0
     batch_split_options: tuple[str, ...] = ()
+    concurrent_jobs: int = 1
 
     def option(self, name: str) -> OptionSpec | None:
         return next((spec for spec in self.options if spec.name == name), None)

@@ -46,6 +46,15 @@ def _cuda_device(device: str) -> torch.device | None:
     return parsed
 
 
+def use_device_in_this_thread(device: str) -> None:
+    """The current CUDA device is per thread: a job thread must name the worker's, or its work goes to cuda:0."""
+    import torch
+
+    cuda = _cuda_device(device)
+    if cuda is not None:
+        torch.cuda.set_device(cuda)
+
+
 def resolve_device(requested: str) -> str:
     """The worker's device from the setting (auto, cpu, cuda[:N]); one sentence where it does not exist."""
     import torch

@@ -71,6 +71,12 @@ def batch_key(request: SynthesisRequest, capabilities: Capabilities) -> Hashable
     return (languages, split)
 
 
+def has_room(capabilities: Capabilities | None, in_flight: int) -> bool:
+    """Whether a worker may take more jobs: not while a job or micro-batch runs, unless the backend runs
+    ``concurrent_jobs`` side by side and fewer are in flight."""
+    return in_flight < (capabilities.concurrent_jobs if capabilities is not None else 1)
+
+
 def estimate_bytes(request: SynthesisRequest, capabilities: Capabilities) -> int:
     return len(request.text) * capabilities.batch_bytes_per_char if isinstance(request.text, str) else 0
 
@@ -103,14 +109,16 @@ class MicroBatcher:
         start = max(queue[0].request.submitted_at, self.free_since)
         return min(self.limits.window_s, max(0.0, start + self.limits.window_s - now))
 
-    def take(self, queue: deque[Q], capabilities: Capabilities | None) -> list[Q]:
-        """Remove and return the next batch (the oldest job and the compatible ones after it, in order)."""
+    def take(self, queue: deque[Q], capabilities: Capabilities | None, in_flight: int = 0) -> list[Q]:
+        """Remove and return the next batch (the oldest job and the compatible ones after it, in order); for a
+        backend running jobs side by side, no more than the places it has left beside ``in_flight``."""
         if not queue:
             return []
         if not self.enabled(capabilities):
             return [queue.popleft()]
         assert capabilities is not None
-        picked = self._pick(queue, capabilities)
+        room = capabilities.concurrent_jobs - in_flight if capabilities.concurrent_jobs > 1 else None
+        picked = self._pick(queue, capabilities)[: max(room, 1) if room is not None else None]
         chosen = [queue[i] for i in picked]
         for i in reversed(picked):
             del queue[i]

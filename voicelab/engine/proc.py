@@ -18,6 +18,7 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from voicelab.backends.base import AudioChunk
+from voicelab.engine.memory import use_device_in_this_thread
 from voicelab.engine.messages import (
     ChunkReady,
     ControlKind,
@@ -103,22 +104,63 @@ def worker_main(conn: Connection, settings: Settings) -> None:
         core.close()
 
 
+class _JobRunner:
+    """Runs each job message: in the serving loop, one at a time, or (a backend with ``concurrent_jobs`` > 1) in a
+    thread of its own, so later jobs join while earlier ones run. The between-job hygiene runs when no job is
+    left running, before another may start; a control waits until then (the client also sends none meanwhile)."""
+
+    def __init__(self, core: EngineCore, sender: _Sender) -> None:
+        self.core, self.sender = core, sender
+        self.concurrent = core.capabilities.concurrent_jobs > 1
+        self.running = 0
+        self.idle = threading.Condition()
+
+    def submit(self, requests: tuple[SynthesisRequest, ...]) -> None:
+        if not self.concurrent:
+            _run_jobs(self.core, self.sender, requests)
+            self._after_jobs()
+            return
+        with self.idle:
+            self.running += 1
+        threading.Thread(target=self._run, args=(requests,), name="voicelab-job", daemon=True).start()
+
+    def _run(self, requests: tuple[SynthesisRequest, ...]) -> None:
+        try:
+            use_device_in_this_thread(self.core.device)
+            _run_jobs(self.core, self.sender, requests)
+        finally:
+            with self.idle:
+                self.running -= 1
+                if self.running == 0:
+                    self._after_jobs()  # under the condition: no job starts until it is done
+                self.idle.notify_all()
+
+    def drain(self) -> None:
+        with self.idle:
+            self.idle.wait_for(lambda: self.running == 0)
+
+    def _after_jobs(self) -> None:
+        report = self.core.after_job()
+        if report is not None:
+            self.sender.send(ControlReply("auto-clean", report))
+
+
 def _serve(conn: Connection, core: EngineCore, sender: _Sender) -> None:
     idle_s = core.settings.idle_offload_minutes * 60
+    runner = _JobRunner(core, sender)
     while True:
         try:
-            if idle_s > 0 and core.loaded and not conn.poll(idle_s):
+            if idle_s > 0 and core.loaded and runner.running == 0 and not conn.poll(idle_s):
+                runner.drain()
                 core.offload()
                 continue
             message = conn.recv()
         except (EOFError, OSError):
             return
         if isinstance(message, SynthesisRequest | SynthesisBatch):
-            _run_jobs(core, sender, message.requests if isinstance(message, SynthesisBatch) else (message,))
-            report = core.after_job()
-            if report is not None:
-                sender.send(ControlReply("auto-clean", report))
+            runner.submit(message.requests if isinstance(message, SynthesisBatch) else (message,))
         elif isinstance(message, ControlRequest):
+            runner.drain()
             try:
                 sender.send(ControlReply(message.request_id, core.control(message)))
             except BaseException as exc:

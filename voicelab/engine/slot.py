@@ -7,6 +7,7 @@ it had not started go back to the shared queue, where the other devices take the
 
 Each slot micro-batches (``engine.microbatch``): it takes the compatible jobs routed to it, in queue order, and
 sends them as one batch; after a crash its unanswered batch-mates run again alone, a timeout fails the batch.
+A backend with ``concurrent_jobs`` > 1 gets new jobs while others run (a queued control stops that to drain).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from voicelab.engine.messages import (
     JobAccepted,
     SynthesisResult,
 )
-from voicelab.engine.microbatch import MicroBatcher, limits_from
+from voicelab.engine.microbatch import MicroBatcher, has_room, limits_from
 from voicelab.engine.pool import JobPool, TakeJobs
 from voicelab.engine.proc import WorkerHandle
 from voicelab.engine.routing import ProfileMirror, WorkerLoad
@@ -45,7 +46,7 @@ from voicelab.settings import Settings
 log = logging.getLogger(__name__)
 
 AUTO_CLEAN_ID = "auto-clean"
-JOBS_PER_WORKER = 1  # single flight per device: one job, or one micro-batch, at a time
+JOBS_PER_WORKER = 1  # single flight per device (one job or micro-batch), unless Capabilities.concurrent_jobs
 GAVE_UP_PAUSE_S = 60.0  # a device whose new workers kept dying tries again after this, work waiting or not
 
 
@@ -84,7 +85,7 @@ class WorkerSlot:
         self._on_stats = on_stats
         # Micro-batching: which routed jobs go at once, and the message that sends them.
         self.batcher = MicroBatcher(limits_from(settings))
-        self.take: TakeJobs = lambda routed: self.batcher.take(routed, self.capabilities())
+        self.take: TakeJobs = lambda routed: self.batcher.take(routed, self.capabilities(), len(self.in_flight))
         self.message_for: Callable[[list[Job]], Any] = batch_message
         self.thread = threading.Thread(target=self._run, name=f"voicelab-worker-{index}", daemon=True)
 
@@ -106,7 +107,7 @@ class WorkerSlot:
             index=self.index,
             healthy=self.healthy and self.control is None,
             busy=len(self.in_flight),
-            capacity=JOBS_PER_WORKER,
+            capacity=getattr(self.capabilities(), "concurrent_jobs", JOBS_PER_WORKER),
             holds_profile=self.profiles.holds(prompt_sha),
             last_dispatch=self.last_dispatch,
         )
@@ -281,10 +282,10 @@ class WorkerSlot:
                     self.control = None
                     return
                 message = self.control.request
-            elif self.control is None and self.restart is None and len(self.in_flight) < JOBS_PER_WORKER:
+            elif self.control is None and self.restart is None and self._takes_jobs():
                 routed, now = self.pool.routed_for(self.index), time.monotonic()
-                if (hold := self.batcher.hold_s(routed, self.capabilities(), now)) > 0:  # a moment for company
-                    self.pool.lock.wait(hold)
+                if not self.in_flight and (hold := self.batcher.hold_s(routed, self.capabilities(), now)) > 0:
+                    self.pool.lock.wait(hold)  # a moment for company; a job joining running ones never waits
                     return
                 jobs = self.pool.take_for(self.index, self.take)
                 for job in jobs:
@@ -295,6 +296,9 @@ class WorkerSlot:
                     self.pool.lock.wait(POLL_S)
                 return
         self.supervisor.send(message)
+
+    def _takes_jobs(self) -> bool:  # room for more, and no control waiting for the running jobs to drain
+        return has_room(self.capabilities(), len(self.in_flight)) and not self.controls
 
     def _place(self, job: Job) -> None:
         """Record a job as sent to this worker (caller holds the lock)."""

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -32,6 +34,7 @@ from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Calibrate = Callable[[str, str], tuple[np.ndarray, int]]  # (language, text) -> the backend voice saying it
 
 CALIBRATION_TEXTS = {
@@ -136,8 +139,23 @@ def resolve_renderer(name: str, device: str) -> str:
     return name
 
 
+def _serialised(method: Callable[..., T]) -> Callable[..., T]:
+    """One caller at a time in the stage (its profile LRU, matcher and encoder), for jobs running side by side."""
+
+    @functools.wraps(method)
+    def locked(self: VoiceStage, *args: object, **kwargs: object) -> T:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class VoiceStage:
+    """Thread-safe: a backend that runs jobs side by side (``Capabilities.concurrent_jobs``) prepares and scores
+    them from several threads."""
+
     def __init__(self, device: str, cache_capacity: int, renderer: str = "auto") -> None:
+        self._lock = threading.RLock()
         self.device = device
         self.renderer = resolve_renderer(renderer, device)
         self.cache = ProfileCache(cache_capacity)
@@ -150,6 +168,7 @@ class VoiceStage:
             self._matcher = VoiceMatcher(SpeakerEncoder(self.device), renderer=self.renderer)
         return self._matcher
 
+    @_serialised
     def plan(
         self,
         request: SynthesisRequest,
@@ -258,10 +277,12 @@ class VoiceStage:
         f0 = median_f0(np.asarray(prompt.samples, dtype=np.float32), prompt.sample_rate, self.device)
         return scoring_profile(prompt, self.matcher.encoder, f0, self.device)
 
+    @_serialised
     def scores(self, draft: np.ndarray, output: np.ndarray, sample_rate: int, plan: VoicePlan) -> CloneScores | None:
         """Similarity to the prompt (and of the unmatched draft, where the engine matched) and median pitch."""
         return self.scores_many([Finished(draft, output, plan)], sample_rate)[0]
 
+    @_serialised
     def scores_many(self, finished: Sequence[Finished], sample_rate: int) -> list[CloneScores | None]:
         """``scores`` of several jobs that finished together: one speaker-encoder batch (1.7x faster for eight even
         on a CPU), and on a GPU one pitch-tracker batch (on a CPU the tracker runs each alone: 1.6x faster)."""
@@ -287,6 +308,7 @@ class VoiceStage:
             out[k] = CloneScores(similarity, base, plan.profile.f0_median_hz, f0_output)  # type: ignore[union-attr]
         return out
 
+    @_serialised
     def style_check(
         self, draft: np.ndarray, output: np.ndarray, sample_rate: int, plan: VoicePlan, calibrate: Calibrate
     ) -> StyleCheck | None:
@@ -303,9 +325,11 @@ class VoiceStage:
     def cache_stats(self) -> ProfileCacheStats:
         return self.cache.stats()
 
+    @_serialised
     def clear_profiles(self) -> None:
         self.cache.clear()
 
+    @_serialised
     def unload(self) -> None:
         self.cache.clear()
         self._neutral.clear()

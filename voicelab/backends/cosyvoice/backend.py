@@ -111,6 +111,7 @@ class CosyVoiceBackend:
             dtypes=("float32", "bfloat16", "float16"),
             options=(STREAM,),
             batching=self.config.decode_slots > 1,  # synthesize_batch: requests side by side, decode shared
+            concurrent_jobs=self.config.decode_slots,  # and a job joins while others run
         )
 
     def load(self, device: str, dtype: str) -> None:
