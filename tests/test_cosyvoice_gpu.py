@@ -162,3 +162,35 @@ def test_real_weights_clone_when_a_model_directory_is_given(tmp_path: Path) -> N
         request = GenerationRequest(TEXT, kind="clone", prompt=PromptClip(PROMPT, TRANSCRIPT), options={"stream": 0})
         result = service.generate(request).first.result
         assert 2.0 < result.duration_s < 15.0 and result.similarity is not None and result.similarity > 0.5
+
+
+def test_flow_estimator_graphs_equal_eager_and_are_kept_only_where_faster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The flow's estimator behind bucketed CUDA graphs: same frames as eager within float tolerance at lengths
+    inside buckets, a report per bucket (kept only where faster), Clean cache's release drops them."""
+    _skip_without_gpu_or_install()
+    import torch
+
+    from voicelab.backends.cosyvoice.upstream import load_runtime
+
+    runtime = load_runtime(
+        _random_dir(2, tmp_path_factory), os.environ.get("VOICELAB_COSYVOICE_CODE", ""), "cuda", "float32", 500
+    )
+    graphed = runtime.flow_graphs
+    assert graphed is not None
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    with torch.inference_mode():
+        for frames in (137, 300, 611, 300):
+            x, mu, cond = (torch.randn(2, 80, frames, device="cuda", generator=generator) for _ in range(3))
+            mask, t = torch.ones(2, 1, frames, device="cuda"), torch.rand(2, device="cuda", generator=generator)
+            spks = torch.randn(2, 80, device="cuda", generator=generator)
+            eager = graphed.estimator(x, mask, mu, t, spks, cond, streaming=False)
+            out = graphed(x, mask, mu, t, spks, cond, streaming=False)
+            assert out.shape == eager.shape
+            assert float((out - eager).abs().max()) <= 1e-3 * float(eager.abs().max())
+    assert sorted(r.length for r in graphed.reports) == [256, 512, 768]  # 300 twice: captured once
+    print({r.length: (round(r.eager_ms, 2), round(r.graph_ms, 2), r.kept, r.bytes >> 20) for r in graphed.reports})
+    kept = sum(r.kept for r in graphed.reports)
+    assert graphed.release() == kept and graphed.captured == {}
+    runtime.close()

@@ -23,6 +23,7 @@ from voicelab.backends.base import (
     AudioChunk,
     BatchEvent,
     Capabilities,
+    GraphBucket,
     MemoryGuard,
     OptionSpec,
     SpeechRequest,
@@ -190,6 +191,16 @@ class CosyVoiceBackend:
 
         return concurrent_events(requests, lambda request: self.synthesize(request, guard), thread_context)
 
+    def graph_buckets(self) -> tuple[GraphBucket, ...]:
+        """The flow estimator's CUDA graph buckets so far (the panel lists them; none off CUDA)."""
+        graphs = self.runtime.flow_graphs if self.runtime is not None else None
+        return tuple(graphs.reports) if graphs is not None else ()
+
+    def release_graphs(self) -> int:
+        """Clean cache: drop the flow estimator's graphs (captured again on use)."""
+        graphs = self.runtime.flow_graphs if self.runtime is not None else None
+        return graphs.release() if graphs is not None else 0
+
     def _speaker(self, runtime: UpstreamRuntime, key: str, samples: np.ndarray, sample_rate: int) -> SpeakerEntry:
         """The prompt's features, from the LRU or made once (requests side by side with one new prompt share it)."""
         with self._speaker_lock:
@@ -217,12 +228,15 @@ def create(settings: Settings) -> CosyVoiceBackend:
     problem = preflight(settings)
     if problem:
         raise BackendLoadError(problem)
-    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N
+    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,flow_graphs=on|off
         decode = DecodeChoice.parse(
             settings.backend_option("fast_decode", "auto"), settings.backend_option("decode_slots", "1")
         )
+        flow_graphs = settings.backend_option("flow_graphs", "on")
+        if flow_graphs not in ("on", "off"):
+            raise ValueError(f"flow_graphs must be on or off, not {flow_graphs!r}")
     except ValueError as exc:
         raise BackendLoadError(f"CosyVoice backend option: {exc}.") from exc
     model_dir = Path(model_dir_of(settings))
     config = CosyVoiceConfig(model_dir, settings.cosyvoice_code, settings.profile_cache_size, decode.slots)
-    return CosyVoiceBackend(config, functools.partial(load_runtime, decode=decode))
+    return CosyVoiceBackend(config, functools.partial(load_runtime, decode=decode, flow_graphs=flow_graphs == "on"))

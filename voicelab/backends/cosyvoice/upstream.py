@@ -26,6 +26,7 @@ import torch
 from voicelab.backends.cosyvoice.batch_decode import DecodeBatcher
 from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, prepare_llm
 from voicelab.backends.cosyvoice.features import SpeakerEntry, UpstreamFeaturizer
+from voicelab.backends.cosyvoice.flow_graphs import GraphedEstimator, install_flow_graphs
 from voicelab.backends.cosyvoice.modes import Mode, ModePlan
 from voicelab.errors import BackendLoadError, BackendRuntimeError, VoiceLabError
 
@@ -220,6 +221,7 @@ class UpstreamRuntime:
         self.version, self.sample_rate = version, sample_rate
         self.watches = RequestWatches()
         self.decoder: Any = None  # our fast decode path (``decode_setup.prepare_llm``), closed with the runtime
+        self.flow_graphs: GraphedEstimator | None = None  # the flow estimator's CUDA graphs (``flow_graphs.py``)
         self.hop_len: int | None = getattr(model, "token_hop_len", None)
         install_guards(model, self.watches, token_cap)
         isolate_hop_length(model)
@@ -296,7 +298,7 @@ class UpstreamRuntime:
     def close(self) -> None:
         if self.decoder is not None:
             self.decoder.close()
-        self.decoder = None
+        self.decoder = self.flow_graphs = None
         self.frontend = self.model = self.featurizer = None
         gc.collect()
 
@@ -340,11 +342,13 @@ def load_runtime(
     dtype: str,
     token_cap: int | None,
     decode: DecodeChoice | None = None,
+    flow_graphs: bool = True,
 ) -> UpstreamRuntime:
     """Upstream's classes from the optional install (or ``code_dir``), built as its CosyVoice2/3 would build them,
     except: no download path, the Qwen body cast to an explicit dtype before the weights are read (transformers 5
     loads it in its config's dtype otherwise), our featurizer instead of file-reading prompt code, and the LLM's
-    token loop on our fast decode path (``decode_setup.prepare_llm``: by default on CUDA)."""
+    token loop on our fast decode path (``decode_setup.prepare_llm``: by default on CUDA) and, on CUDA, the flow's
+    estimator behind bucketed CUDA graphs (``flow_graphs.py``: each bucket kept only where faster and equal)."""
     block_downloads()
     _add_code_dir(code_dir)
     version = model_version(model_dir)
@@ -378,6 +382,7 @@ def load_runtime(
     log.info("CosyVoice%d loaded from %s (%s, token cap %s)", version, model_dir, dtype, token_cap)
     runtime = UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
     runtime.decoder = decoder
+    runtime.flow_graphs = install_flow_graphs(model.flow) if flow_graphs else None
     if isinstance(decoder, DecodeBatcher):
         decoder.seed_source = runtime.watches.current_seed  # each request samples from its own seed
     return runtime
