@@ -18,6 +18,7 @@ import pytest
 from tests.fixture_cosyvoice_upstream import SAMPLES_PER_TOKEN
 from voicelab.engine.client import EngineClient
 from voicelab.engine.messages import ChunkReady
+from voicelab.errors import JobTimeoutError
 from voicelab.history import History
 from voicelab.settings import Settings
 from voicelab.studio import GenerationRequest, GenerationService, PromptClip, Take
@@ -105,3 +106,34 @@ def test_with_several_decode_slots_a_short_job_joins_a_long_one_and_finishes_fir
     assert [n for n, _ in results] == [2 * len(t) * SAMPLES_PER_TOKEN for t in texts]
     assert all(finished[t] < finished[texts[0]] for t in texts[1:]), "the short jobs waited for the long one"
     assert all(similarity is not None for _, similarity in results)
+
+
+def test_a_timeout_fails_only_the_overdue_job_and_the_one_beside_it_runs_again(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """decode_slots=4, a 3 s job limit: a 16 s job times out and the worker is replaced; a 2 s job that started
+    beside it a second before is not at fault, so it runs again on the new worker and comes back whole."""
+    model_dir = tmp_path_factory.mktemp("cosyvoice2-timeout")
+    (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
+    settings = Settings(
+        backend="tests.fixture_cosyvoice_upstream:create",
+        cosyvoice_dir=str(model_dir),
+        backend_options="decode_slots=4,token_delay_ms=20",
+        device="cpu",
+        job_timeout_s=3,
+    )
+    with EngineClient(settings) as engine:
+        engine.wait_ready(timeout=120)
+        service = GenerationService(engine, None, settings)
+
+        def generate(text: str) -> int:
+            request = GenerationRequest(text, kind="clone", prompt=PromptClip(PROMPT), options={"stream": 0})
+            return len(service.generate(request).first.result.audio)
+
+        with ThreadPoolExecutor(2) as pool:
+            long = pool.submit(generate, "w" * 400)  # 800 tokens at 20 ms
+            time.sleep(2.0)
+            beside = pool.submit(generate, "m" * 50)  # 100 tokens: 2 s
+            with pytest.raises(JobTimeoutError, match="took longer than 3 s"):
+                long.result(timeout=60)
+            assert beside.result(timeout=60) == 2 * 50 * SAMPLES_PER_TOKEN

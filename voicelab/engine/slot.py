@@ -147,8 +147,7 @@ class WorkerSlot:
         )
 
     def wanted(self) -> bool:
-        """A failed worker should try again: asked to, or work waits and no other device can run it; one whose
-        new workers kept dying also tries again on its own after a pause (the cause may have been passing)."""
+        """A failed worker tries again: asked to, or work waits that no other device can run, or after a pause."""
         if self.restart is not None or self.retry_load or self.controls:
             return True
         stranded = bool(self.pool.jobs) and not self.pool.anyone_healthy()
@@ -354,15 +353,16 @@ class WorkerSlot:
         self._on_stats(self, stats)
 
     def _check_timeout(self) -> None:
-        overdue = [f for f in self.in_flight.values() if self.supervisor.overdue(f.accepted_at or f.sent_at)]
-        if not overdue:
+        late = {f.job.job_id for f in self.in_flight.values() if self.supervisor.overdue(f.accepted_at or f.sent_at)}
+        if not late:
             return
-        log.error("job %s timed out on %s; replacing the worker", overdue[0].job.job_id, self.device)
-        with self.pool.lock:  # the worker is killed: its whole batch stops with it
+        log.error("job %s timed out on %s; replacing the worker", min(late), self.device)
+        with self.pool.lock:  # the worker is killed: its batch stops with it; jobs beside it (concurrent) run again
             flights, self.in_flight = list(self.in_flight.values()), {}
         if self.supervisor.handle is not None:
             self.supervisor.handle.kill()
-        for flight in flights:
+        self.pool.requeue([f.job for f in flights if f.job.job_id not in late])
+        for flight in (f for f in flights if f.job.job_id in late):
             self._finish(flight.job, error=timeout_error(self.settings.job_timeout_s))
 
     def _finish(self, item: Job | ControlCall, value: Any = None, error: VoiceLabError | None = None) -> None:
