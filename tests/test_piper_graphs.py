@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from voicelab.backends.base import SpeechRequest
+from voicelab.backends.cuda_graphs import bucket_for
 from voicelab.backends.piper.backend import PiperBackend, VitsControls
-from voicelab.backends.piper.graphs import Buckets, bucket_for
+from voicelab.backends.piper.graphs import Buckets
 from voicelab.backends.piper.model import VitsModel
 
 TEXT = "The committee will meet again on Thursday at half past three."

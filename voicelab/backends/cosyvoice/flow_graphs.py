@@ -16,9 +16,7 @@ largest bucket run eagerly.
 
 from __future__ import annotations
 
-import bisect
 import logging
-import statistics
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -27,11 +25,11 @@ import torch
 import torch.nn.functional as F
 
 from voicelab.backends.base import GraphBucket
+from voicelab.backends.cuda_graphs import bucket_for, device_ms
 
 log = logging.getLogger(__name__)
 
 FRAME_BUCKETS = (256, 512, 768, 1024, 1536, 2048, 3072, 4096)  # mel frames (50 per second)
-TIMING_RUNS = 3
 TOLERANCE = 1e-3  # largest difference from eager, relative to the output's scale
 
 
@@ -65,11 +63,10 @@ class GraphedEstimator(torch.nn.Module):
                 streaming: bool = False) -> torch.Tensor:  # fmt: skip
         inputs = (x, mask, mu, t, spks, cond)
         frames = int(x.shape[2])
-        i = bisect.bisect_left(self.buckets, frames)
+        bucket = bucket_for(self.buckets, frames)
         autocast = torch.is_autocast_enabled("cuda")  # its weight cache must not be captured (float16 mode)
-        if streaming or autocast or not x.is_cuda or spks is None or cond is None or i == len(self.buckets):
+        if streaming or autocast or not x.is_cuda or spks is None or cond is None or bucket is None:
             return self.estimator(*inputs, streaming=streaming)
-        bucket = self.buckets[i]
         with self.lock:
             if bucket not in self.captured:
                 self.captured[bucket] = self._capture(bucket, inputs)  # type: ignore[arg-type]
@@ -113,7 +110,7 @@ class GraphedEstimator(torch.nn.Module):
         graph.replay()
         scale = float(reference.abs().max()) or 1.0
         equal = float((output[:, :, :frames] - reference).abs().max()) <= TOLERANCE * scale
-        eager_ms, graph_ms = _time_ms(eager), _time_ms(graph.replay)
+        eager_ms, graph_ms = device_ms(eager), device_ms(graph.replay)
         kept = equal and graph_ms < eager_ms
         added = torch.cuda.memory_allocated() - allocated
         self.reports.append(GraphBucket("flow estimator", 2, bucket, added, eager_ms, graph_ms, kept))
@@ -136,18 +133,6 @@ def _load(entry: _Bucket, inputs: tuple[torch.Tensor, ...]) -> None:
         else:
             static.zero_()
             static[:, :, : value.shape[2]].copy_(value)
-
-
-def _time_ms(fn: Any) -> float:
-    times = []
-    for _ in range(TIMING_RUNS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def install_flow_graphs(flow: Any) -> GraphedEstimator | None:

@@ -15,9 +15,7 @@ each capture let it reach 5.8 GiB on the H200); such shapes, and those past the 
 
 from __future__ import annotations
 
-import bisect
 import logging
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,13 +24,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from voicelab.backends.base import GraphBucket
+from voicelab.backends.cuda_graphs import bucket_for, device_ms
 
 if TYPE_CHECKING:
     from voicelab.backends.piper.model import VitsModel
 
 log = logging.getLogger(__name__)
-
-TIMING_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -42,12 +39,6 @@ class Buckets:
     rows: tuple[int, ...] = (1, 2, 4, 8, 16)
     tokens: tuple[int, ...] = (32, 64, 128, 256, 512)
     frames: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)
-
-
-def bucket_for(sizes: Sequence[int], n: int) -> int | None:
-    """The smallest bucket holding ``n`` (None: larger than every bucket)."""
-    i = bisect.bisect_left(sizes, n)
-    return sizes[i] if i < len(sizes) else None
 
 
 @dataclass
@@ -218,7 +209,7 @@ class VitsGraphs:
             for _ in range(2):
                 fn(*inputs)
         torch.cuda.current_stream().wait_stream(side)
-        eager_ms = _time_ms(lambda: fn(*inputs))
+        eager_ms = device_ms(lambda: fn(*inputs))
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         before = torch.cuda.memory_reserved()
@@ -229,7 +220,7 @@ class VitsGraphs:
         grown = max(torch.cuda.memory_reserved() - before, 0)
         self._pool_bytes += grown
         self._unit_bytes[stage] = max(self._unit_bytes.get(stage, 0.0), grown / (rows * length))
-        graph_ms = _time_ms(graph.replay)
+        graph_ms = device_ms(graph.replay)
         kept = graph_ms < eager_ms
         report = GraphBucket(stage, rows, length, grown, eager_ms, graph_ms, kept)
         log.info(
@@ -238,16 +229,3 @@ class VitsGraphs:
         if not kept:  # drop the graph and its buffers: this shape runs eagerly, the pool reuses the memory
             return _Captured((), (), None, report)
         return _Captured(inputs, tuple(outputs), graph, report)
-
-
-def _time_ms(fn: Callable[[], object]) -> float:
-    """Median device time of a few runs, by CUDA events."""
-    times = []
-    for _ in range(TIMING_RUNS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)

@@ -1,0 +1,31 @@
+"""What the backends' bucketed CUDA graphs share: the bucket a size pads to, and the device time that decides
+whether a captured graph beats the eager call it replaces (Piper's stages, CosyVoice's flow estimator)."""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections.abc import Callable, Sequence
+
+import torch
+
+TIMING_RUNS = 3
+
+
+def bucket_for(sizes: Sequence[int], n: int) -> int | None:
+    """The smallest bucket holding ``n`` (None: larger than every bucket)."""
+    i = bisect.bisect_left(sizes, n)
+    return sizes[i] if i < len(sizes) else None
+
+
+def device_ms(fn: Callable[[], object], runs: int = TIMING_RUNS) -> float:
+    """Median device time of ``runs`` calls of ``fn``, by CUDA events (milliseconds)."""
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
