@@ -71,10 +71,15 @@ def batch_key(request: SynthesisRequest, capabilities: Capabilities) -> Hashable
     return (languages, split)
 
 
+def job_limit(capabilities: Capabilities | None) -> int:
+    """Jobs a worker has in flight at most: one job or micro-batch (single flight), or the backend's
+    ``concurrent_jobs`` side by side."""
+    return capabilities.concurrent_jobs if capabilities is not None else 1
+
+
 def has_room(capabilities: Capabilities | None, in_flight: int) -> bool:
-    """Whether a worker may take more jobs: not while a job or micro-batch runs, unless the backend runs
-    ``concurrent_jobs`` side by side and fewer are in flight."""
-    return in_flight < (capabilities.concurrent_jobs if capabilities is not None else 1)
+    """Whether a worker may take more jobs now."""
+    return in_flight < job_limit(capabilities)
 
 
 def estimate_bytes(request: SynthesisRequest, capabilities: Capabilities) -> int:
@@ -117,7 +122,8 @@ class MicroBatcher:
         if not self.enabled(capabilities):
             return [queue.popleft()]
         assert capabilities is not None
-        room = capabilities.concurrent_jobs - in_flight if capabilities.concurrent_jobs > 1 else None
+        limit = job_limit(capabilities)
+        room = limit - in_flight if limit > 1 else None
         picked = self._pick(queue, capabilities)[: max(room, 1) if room is not None else None]
         chosen = [queue[i] for i in picked]
         for i in reversed(picked):

@@ -151,8 +151,7 @@ def _serve(conn: Connection, core: EngineCore, sender: _Sender) -> None:
     while True:
         try:
             if idle_s > 0 and core.loaded and runner.running == 0 and not conn.poll(idle_s):
-                runner.drain()
-                core.offload()
+                core.offload()  # no job can have started meanwhile: only this loop starts them
                 continue
             message = conn.recv()
         except (EOFError, OSError):

@@ -34,7 +34,7 @@ from voicelab.engine.messages import (
     JobAccepted,
     SynthesisResult,
 )
-from voicelab.engine.microbatch import MicroBatcher, has_room, limits_from
+from voicelab.engine.microbatch import MicroBatcher, has_room, job_limit, limits_from
 from voicelab.engine.pool import JobPool, TakeJobs
 from voicelab.engine.proc import WorkerHandle
 from voicelab.engine.routing import ProfileMirror, WorkerLoad
@@ -46,7 +46,6 @@ from voicelab.settings import Settings
 log = logging.getLogger(__name__)
 
 AUTO_CLEAN_ID = "auto-clean"
-JOBS_PER_WORKER = 1  # single flight per device (one job or micro-batch), unless Capabilities.concurrent_jobs
 GAVE_UP_PAUSE_S = 60.0  # a device whose new workers kept dying tries again after this, work waiting or not
 
 
@@ -107,7 +106,7 @@ class WorkerSlot:
             index=self.index,
             healthy=self.healthy and self.control is None,
             busy=len(self.in_flight),
-            capacity=getattr(self.capabilities(), "concurrent_jobs", JOBS_PER_WORKER),
+            capacity=job_limit(self.capabilities()),
             holds_profile=self.profiles.holds(prompt_sha),
             last_dispatch=self.last_dispatch,
         )
