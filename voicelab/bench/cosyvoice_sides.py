@@ -97,12 +97,12 @@ def throughput(call: Callable[[Job], float], jobs: Sequence[Job], clients: int, 
 
 
 def _throughputs(
-    call: Callable[[Job], float], args: argparse.Namespace, jobs: Sequence[Job], limit: int | None
+    call: Callable[[Job], float], counts: Sequence[int], per_count: int, jobs: Sequence[Job], limit: int | None
 ) -> list:
+    """Throughput at each client count, at least ``per_count`` requests (two per client) each."""
     rows = []
-    counts = args.upstream_clients if limit is not None and getattr(args, "upstream_clients", None) else args.clients
     for clients in counts:
-        count = max(args.throughput_requests, 2 * clients)
+        count = max(per_count, 2 * clients)
         rows.append(throughput(call, [jobs[i % len(jobs)] for i in range(count)], clients, limit))
     return rows
 
@@ -123,7 +123,8 @@ def run_upstream(args: argparse.Namespace, jobs: list[Job], short: list[Job], co
     def call(job: Job) -> float:
         return len(run_naive(model, job.text, job.transcript, job.prompt, job.seed)[0]) / 24000
 
-    served = _throughputs(call, args, short, WEBUI_CONCURRENCY)
+    counts = args.upstream_clients or args.clients  # its webui serves two at once: more clients only wait
+    served = _throughputs(call, counts, args.throughput_requests, short, WEBUI_CONCURRENCY)
     conn.send({"load_s": load_s, "rows": rows, "samples": [asdict(s) for s in samples], "throughput": served})
 
 
@@ -159,7 +160,7 @@ def _engine(args: argparse.Namespace, dtype: str) -> Any:
 
     settings = Settings(
         backend="cosyvoice", cosyvoice_dir=args.model_dir, cosyvoice_code=args.code, device="cuda", dtype=dtype,
-        job_timeout_s=600.0, backend_options=getattr(args, "backend_options", ""),
+        job_timeout_s=600.0, backend_options=args.backend_options,
     )  # fmt: skip
     return EngineClient(settings), settings
 
@@ -188,7 +189,7 @@ def run_voicelab(args: argparse.Namespace, jobs: list[Job], short: list[Job], co
         service = GenerationService(engine, None, settings)
         rows, samples, peaks = _soak(service, engine, jobs)
         streamed = []
-        for job in stream_jobs(jobs[: args.stream_requests], getattr(args, "stream_chars", 0)):
+        for job in stream_jobs(jobs[: args.stream_requests], args.stream_chars):
             result = service.generate(_request(job, stream=True)).first.result
             streamed.append((result.latency_s, result.first_audio_s, result.duration_s))
 
@@ -196,7 +197,7 @@ def run_voicelab(args: argparse.Namespace, jobs: list[Job], short: list[Job], co
             return float(service.generate(_request(job, stream=False)).first.result.duration_s)
 
         try:
-            served = _throughputs(call, args, short, None)
+            served = _throughputs(call, args.clients, args.throughput_requests, short, None)
         except Exception as exc:  # the soak's figures above still stand; say what broke
             print(f"  voicelab throughput failed: {type(exc).__name__}: {exc}", flush=True)
             served = []
