@@ -26,13 +26,22 @@ from voicelab.studio import GenerationRequest, GenerationService, PromptClip, Ta
 PROMPT = Path(__file__).parent / "data" / "arctic_slt_en_female.wav"
 
 
-@pytest.fixture(scope="module")
-def engine_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EngineClient, GenerationService]]:
+def fake_settings(tmp_path_factory: pytest.TempPathFactory, options: str = "", timeout_s: float = 60) -> Settings:
+    """Settings for the worker over the test doubles, with a model directory of its own."""
     model_dir = tmp_path_factory.mktemp("cosyvoice2")
     (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
-    settings = Settings(
-        backend="tests.fixture_cosyvoice_upstream:create", cosyvoice_dir=str(model_dir), device="cpu", job_timeout_s=60
+    return Settings(
+        backend="tests.fixture_cosyvoice_upstream:create",
+        cosyvoice_dir=str(model_dir),
+        backend_options=options,
+        device="cpu",
+        job_timeout_s=timeout_s,
     )
+
+
+@pytest.fixture(scope="module")
+def engine_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EngineClient, GenerationService]]:
+    settings = fake_settings(tmp_path_factory)
     with EngineClient(settings) as engine:
         engine.wait_ready(timeout=120)
         yield engine, GenerationService(engine, History(tmp_path_factory.mktemp("history")), settings)
@@ -74,15 +83,7 @@ def test_with_several_decode_slots_a_short_job_joins_a_long_one_and_finishes_fir
 ) -> None:
     """decode_slots=4: jobs that arrive while a long one runs start beside it at once (no wait for the device),
     so short requests come back before the long one ends; each answer has its own text's length and score."""
-    model_dir = tmp_path_factory.mktemp("cosyvoice2-slots")
-    (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
-    settings = Settings(
-        backend="tests.fixture_cosyvoice_upstream:create",
-        cosyvoice_dir=str(model_dir),
-        backend_options="decode_slots=4,token_delay_ms=3",
-        device="cpu",
-        job_timeout_s=60,
-    )
+    settings = fake_settings(tmp_path_factory, "decode_slots=4,token_delay_ms=3")
     with EngineClient(settings) as engine:
         engine.wait_ready(timeout=120)
         service = GenerationService(engine, History(tmp_path_factory.mktemp("history-slots")), settings)
@@ -113,15 +114,7 @@ def test_a_timeout_fails_only_the_overdue_job_and_the_one_beside_it_runs_again(
 ) -> None:
     """decode_slots=4, a 3 s job limit: a 16 s job times out and the worker is replaced; a 2 s job that started
     beside it a second before is not at fault, so it runs again on the new worker and comes back whole."""
-    model_dir = tmp_path_factory.mktemp("cosyvoice2-timeout")
-    (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
-    settings = Settings(
-        backend="tests.fixture_cosyvoice_upstream:create",
-        cosyvoice_dir=str(model_dir),
-        backend_options="decode_slots=4,token_delay_ms=20",
-        device="cpu",
-        job_timeout_s=3,
-    )
+    settings = fake_settings(tmp_path_factory, "decode_slots=4,token_delay_ms=20", timeout_s=3)
     with EngineClient(settings) as engine:
         engine.wait_ready(timeout=120)
         service = GenerationService(engine, None, settings)
