@@ -1,9 +1,9 @@
 """Test doubles of upstream CosyVoice's classes, shaped as ``CosyVoice2Model`` / ``CosyVoiceFrontEnd`` behave.
 
-``FakeModel.tts`` runs ``llm_job`` in a thread that fills per-request dicts, polls them when streaming
-(growing ``token_hop_len`` each chunk, as upstream does), and cleans its dicts only when run to the end, as
-upstream does. ``FakeLlm.inference`` samples through ``self.sampling`` and stops at a stop id, or fails on
-demand, as a dtype mismatch makes the real one fail inside the thread. The first sample of each chunk
+``FakeModel`` has upstream's ``llm_job`` (fills the per-request token list, then sets the end flag) and a
+``token2wav`` that records each call and answers with a tone as long as the chunk's new tokens.
+``FakeLlm.inference`` samples through ``self.sampling`` and stops at a stop id, or fails on demand, as a dtype
+mismatch makes the real one fail inside the thread. The first sample of each chunk
 carries the chunk's number (/ 100) over a quiet tone, so tests can hear the order.
 Only torch and numpy are needed: no torchaudio, no upstream.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,18 +92,21 @@ class FakeModel:
     def __init__(self) -> None:
         self.llm = FakeLlm()
         self.lock = threading.Lock()
-        self.token_hop_len, self.token_max_hop_len = 25, 100
+        self.flow = types.SimpleNamespace(pre_lookahead_len=3)
+        self.token_hop_len, self.token_max_hop_len, self.stream_scale_factor = 25, 100, 2
         self.tts_speech_token_dict: dict[str, list[int]] = {}
         self.llm_end_dict: dict[str, bool] = {}
         self.hift_cache_dict: dict[str, Any] = {}
-        self.calls: list[dict[str, Any]] = []
-        self.closed_early = 0
+        self.calls: list[dict[str, Any]] = []  # each request's non-empty llm_job inputs, by upstream's names
+        self.wave_calls: list[dict[str, Any]] = []  # each token2wav call
         self.running_jobs = self.most_jobs_at_once = 0
 
     def llm_job(
-        self, text: torch.Tensor, prompt_text: torch.Tensor, prompt_token: Any, embedding: Any, key: str
+        self, text: torch.Tensor, prompt_text: torch.Tensor, prompt_token: torch.Tensor, embedding: Any, key: str
     ) -> None:
+        named = {"text": text, "prompt_text": prompt_text, "llm_prompt_speech_token": prompt_token}
         with self.lock:
+            self.calls.append({name: value for name, value in named.items() if value.shape[1]})
             self.running_jobs += 1
             self.most_jobs_at_once = max(self.most_jobs_at_once, self.running_jobs)
         try:
@@ -114,40 +117,33 @@ class FakeModel:
             with self.lock:
                 self.running_jobs -= 1
 
-    def tts(self, stream: bool = False, speed: float = 1.0, **model_input: Any) -> Iterator[dict[str, torch.Tensor]]:
-        self.calls.append({**model_input, "stream": stream, "speed": speed, "hop": self.token_hop_len})
-        key = str(uuid.uuid1())
-        with self.lock:
-            self.tts_speech_token_dict[key], self.llm_end_dict[key], self.hift_cache_dict[key] = [], False, None
-        job = threading.Thread(target=self.llm_job, args=(model_input["text"], None, None, None, key))
-        job.start()
-        try:
-            yield from self._stream(key) if stream else self._whole(key, job, speed)
-        except GeneratorExit:
-            self.closed_early += 1
-            raise
-        job.join()
-        with self.lock:
-            for table in (self.tts_speech_token_dict, self.llm_end_dict, self.hift_cache_dict):
-                table.pop(key)
-
-    def _whole(self, key: str, job: threading.Thread, speed: float) -> Iterator[dict[str, torch.Tensor]]:
-        job.join()
-        samples = int(len(self.tts_speech_token_dict[key]) * SAMPLES_PER_TOKEN / speed)
-        yield {"tts_speech": tone(samples, 0)}
-
-    def _stream(self, key: str) -> Iterator[dict[str, torch.Tensor]]:
-        offset, number = 0, 0
-        while True:
-            time.sleep(0.002)
-            if len(self.tts_speech_token_dict[key]) - offset >= self.token_hop_len:
-                yield {"tts_speech": tone(self.token_hop_len * SAMPLES_PER_TOKEN, number)}
-                offset, number = offset + self.token_hop_len, number + 1
-                self.token_hop_len = min(self.token_max_hop_len, self.token_hop_len * 2)
-            if self.llm_end_dict[key] and len(self.tts_speech_token_dict[key]) - offset < self.token_hop_len:
-                break
-        rest = len(self.tts_speech_token_dict[key]) - offset
-        yield {"tts_speech": tone(rest * SAMPLES_PER_TOKEN, number)}
+    def token2wav(
+        self,
+        token: torch.Tensor,
+        prompt_token: torch.Tensor,
+        prompt_feat: torch.Tensor,
+        embedding: torch.Tensor,
+        token_offset: int,
+        uuid: str,
+        stream: bool = False,
+        finalize: bool = False,
+        speed: float = 1.0,
+    ) -> torch.Tensor:
+        """A tone as long as the chunk's new tokens (upstream's look-ahead tokens wait for the next chunk)."""
+        self.wave_calls.append(
+            {
+                "key": uuid,
+                "tokens": token.shape[1],
+                "offset": token_offset,
+                "stream": stream,
+                "finalize": finalize,
+                "speed": speed,
+            }
+        )
+        number = (self.hift_cache_dict[uuid] or {}).get("chunks", 0)
+        self.hift_cache_dict[uuid] = {"chunks": number + 1}
+        new = token.shape[1] - token_offset - (0 if finalize else self.flow.pre_lookahead_len)
+        return tone(int(new * SAMPLES_PER_TOKEN / speed), number)
 
 
 class FakeFeaturizer:

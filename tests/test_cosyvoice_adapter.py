@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import threading
 from collections.abc import Generator
 from pathlib import Path
 from typing import cast
@@ -24,7 +25,8 @@ from voicelab.backends.base import AudioChunk, SpeechRequest, run_plainly
 from voicelab.backends.cosyvoice.backend import CosyVoiceBackend, CosyVoiceConfig
 from voicelab.backends.cosyvoice.modes import Mode, plan_mode
 from voicelab.backends.cosyvoice.preflight import code_problem, preflight
-from voicelab.backends.cosyvoice.upstream import UpstreamRuntime, token_limit
+from voicelab.backends.cosyvoice.request_watch import LlmWatch, token_limit
+from voicelab.backends.cosyvoice.upstream import UpstreamRuntime
 from voicelab.errors import BackendRuntimeError, InvalidPromptError
 from voicelab.settings import Settings
 from voicelab.voice.prompt import PromptAudio
@@ -102,13 +104,14 @@ def test_chunks_stream_in_order_with_silence_only_between_sentences_and_the_hop_
     assert numbers == sorted(numbers) and numbers[0] == 0.0
     assert np.abs(chunks[len(first)].audio[: int(0.1 * 24000)]).max() == 0.0 and len(chunks) > len(first)
     assert all(c.sample_rate == 24000 for c in chunks)
-    assert [call["hop"] for call in model_of(b).calls] == [25, 25]  # upstream would start the second at 100
+    firsts = [call["tokens"] for call in model_of(b).wave_calls if call["offset"] == 0 and call["stream"]]
+    assert firsts == [28, 28]  # 25 + 3 look-ahead for each sentence: upstream would start the second at 100
 
 
 def test_speed_uses_upstream_whole_mode(tmp_path: Path) -> None:
     b = backend(tmp_path)
     (chunk,) = b.synthesize(SpeechRequest("Twelve chars", "en", prompt=prompt(), speed=2.0))
-    assert model_of(b).calls[0]["stream"] is False
+    assert [(c["stream"], c["finalize"], c["speed"]) for c in model_of(b).wave_calls] == [(False, True, 2.0)]
     assert len(chunk.audio) == 2 * len("Twelve chars") * SAMPLES_PER_TOKEN // 2
 
 
@@ -121,7 +124,7 @@ def test_leaving_early_closes_upstream_stops_its_thread_and_drops_its_dicts(tmp_
     )
     next(chunks)
     chunks.close()
-    assert model.closed_early == 1
+    assert model.running_jobs == 0, "the llm thread is still running"
     assert model.llm.emitted < 400, "the llm thread ran to the end after the caller left"
     assert model.tts_speech_token_dict == {} and model.llm_end_dict == {} and model.hift_cache_dict == {}
 
@@ -151,6 +154,22 @@ def test_requests_run_side_by_side_each_as_it_would_alone_and_a_failure_fails_on
         assert [round(float(c.audio[0]) * 100) for c in chunks[i]] == list(range(len(chunks[i])))
     assert model.tts_speech_token_dict == {} and model.llm_end_dict == {} and model.hift_cache_dict == {}
     assert b.capabilities.batching is False  # one decode slot: the engine sends this backend one job at a time
+
+
+def test_the_audio_loop_wakes_on_each_token_not_on_a_poll() -> None:
+    """Upstream's ``tts`` looks for tokens every 100 ms; ours is woken by the token thread (``progressed``)."""
+    watch, tokens, woke = LlmWatch("request"), [], threading.Event()
+
+    def wait() -> None:
+        watch.wait_until(lambda: len(tokens) >= 3, poll_s=60.0)
+        woke.set()
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    for token in range(3):
+        tokens.append(token)
+        watch.progressed()
+    assert woke.wait(timeout=10), "the loop waited for its poll instead of waking on the token"
 
 
 def test_speaker_entries_stay_in_a_bounded_lru(tmp_path: Path) -> None:

@@ -194,3 +194,49 @@ def test_flow_estimator_graphs_equal_eager_and_are_kept_only_where_faster(
     kept = sum(r.kept for r in graphed.reports)
     assert graphed.release() == kept and graphed.captured == {}
     runtime.close()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_our_speech_loop_gives_upstreams_tts_audio_without_its_polling(
+    tmp_path_factory: pytest.TempPathFactory, stream: bool
+) -> None:
+    """``speech_loop.speak`` against upstream's own ``CosyVoice2Model.tts`` on one loaded model, same inputs and
+    seed: the same chunks and samples (the batched decoder samples from a per-request generator, so the LLM's
+    thread and the vocoder's noise do not race for the default one), and the first audio sooner."""
+    _skip_without_gpu_or_install()
+    import time
+
+    import numpy as np
+    import soundfile as sf
+    import torch
+
+    from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
+    from voicelab.backends.cosyvoice.modes import plan_mode
+    from voicelab.backends.cosyvoice.upstream import load_runtime
+
+    code = os.environ.get("VOICELAB_COSYVOICE_CODE", "")
+    runtime = load_runtime(_random_dir(2, tmp_path_factory), code, "cuda", "float32", 500, DecodeChoice("on", 2))
+    samples, rate = sf.read(PROMPT, dtype="float32")
+    assert rate == 16000
+    inputs = runtime.inputs(plan_mode(2, TRANSCRIPT, ""), TEXT, runtime.speaker(samples))
+    sides: dict[str, tuple[list[np.ndarray], float]] = {}
+    for side in ("upstream", "ours", "upstream", "ours"):  # the first pair warms up
+        torch.manual_seed(11)
+        start, first = time.perf_counter(), None
+        chunks = []
+        for chunk in (
+            (o["tts_speech"].reshape(-1).numpy() for o in runtime.model.tts(**inputs, stream=stream, speed=1.0))
+            if side == "upstream"
+            else runtime.run(inputs, stream, 1.0)
+        ):
+            first = first or time.perf_counter() - start
+            chunks.append(chunk)
+        sides[side] = (chunks, first or 0.0)
+    (theirs, their_first), (ours, our_first) = sides["upstream"], sides["ours"]
+    print(f"stream={stream}: first audio upstream {their_first:.3f} s, ours {our_first:.3f} s")
+    assert [len(c) for c in ours] == [len(c) for c in theirs] and (len(ours) > 1) == stream
+    a, b = np.concatenate(theirs), np.concatenate(ours)
+    assert float(np.abs(a - b).max()) <= 1e-3 * max(float(np.abs(a).max()), 1e-6)
+    if stream:
+        assert our_first < their_first  # upstream waits for its next 100 ms poll
+    runtime.close()

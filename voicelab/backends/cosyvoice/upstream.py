@@ -1,12 +1,10 @@
 """Upstream CosyVoice2/3 loaded lazily with an explicit dtype, never downloading, driven by one or several requests.
 
-Upstream's ``CosyVoice2Model.tts`` starts an ``llm_job`` thread that fills a per-request dict with speech tokens
-while the caller turns them into audio. Left alone, an exception in that thread is lost (the caller later fails
-with a misleading vocoder error, or spins forever when streaming), a generator closed early leaves its per-request
-dicts behind, and the streaming hop length grows across requests. ``UpstreamRuntime`` fixes each per instance
-(no upstream module is modified): the thread's error is kept and raised as ``BackendRuntimeError``; early exit
-stops the thread and drops the request's entries; the hop length is reset before every request. All of that is
-per request (``RequestWatches``, a per-thread hop length), so requests may run side by side in one model.
+``load_runtime`` builds upstream's frontend and model as its ``CosyVoice2``/``CosyVoice3`` classes would, minus
+the download paths, with our featurizer for prompts, our token loop for its LLM (``decode_setup``) and CUDA graphs
+for its flow estimator. ``UpstreamRuntime.run`` drives one request through upstream's ``llm_job`` and
+``token2wav`` with our own loop (``speech_loop``) and guards on its thread (``request_watch``): no polling, no
+per-request cache flush, the thread's errors raised as ours, early exit cleaned up, requests side by side.
 """
 
 from __future__ import annotations
@@ -14,9 +12,9 @@ from __future__ import annotations
 import gc
 import logging
 import sys
-import threading
 import types
-from collections.abc import Callable, Generator, Iterator
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +26,15 @@ from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, prepare_llm
 from voicelab.backends.cosyvoice.features import SpeakerEntry, UpstreamFeaturizer
 from voicelab.backends.cosyvoice.flow_graphs import GraphedEstimator, install_flow_graphs
 from voicelab.backends.cosyvoice.modes import Mode, ModePlan
-from voicelab.errors import BackendLoadError, BackendRuntimeError, VoiceLabError
+from voicelab.backends.cosyvoice.request_watch import LlmWatch, RequestWatches, install_guards
+from voicelab.backends.cosyvoice.speech_loop import Hops, speak
+from voicelab.errors import BackendLoadError, VoiceLabError
 
 log = logging.getLogger(__name__)
 
 # Imported by upstream but only for downloading: replaced in the worker by modules that refuse to run.
 DOWNLOADERS = ("modelscope", "gdown", "wget")
-SESSION_DICTS = ("tts_speech_token_dict", "llm_end_dict", "hift_cache_dict", "mel_overlap_dict", "flow_cache_dict")
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-MIN_TOKENS, TOKENS_PER_TEXT_TOKEN = 20, 4
 
 
 class _RefusingModule(types.ModuleType):
@@ -70,144 +68,6 @@ def model_version(model_dir: Path) -> int:
     raise BackendLoadError(f"{model_dir} is not a CosyVoice2/3 model directory (no cosyvoice2.yaml or 3.yaml).")
 
 
-def token_limit(text_tokens: int, cap: int) -> int:
-    """How many speech tokens a random-weight LLM is made to emit: clamp(4 * text tokens, 20, cap)."""
-    return max(MIN_TOKENS, min(TOKENS_PER_TEXT_TOKEN * text_tokens, cap))
-
-
-class LlmWatch:
-    """What happened in upstream's ``llm_job`` thread for one request, and a way to stop it early.
-
-    uuid: upstream's id for the request (its per-request dict key), learnt when the thread starts. seed: for the
-    batched decoder's sampler, so a request's tokens do not depend on which requests run beside it.
-    """
-
-    def __init__(self, seed: int | None = None) -> None:
-        self.seed = seed
-        self.uuid: str | None = None
-        self.error: BaseException | None = None
-        self.started = threading.Event()
-        self.done = threading.Event()
-        self.cancel = threading.Event()
-
-    def raise_if_failed(self, cause: BaseException | None = None) -> None:
-        error = self.error
-        if error is None:
-            return
-        if isinstance(error, torch.cuda.OutOfMemoryError | VoiceLabError):
-            raise error  # the engine's OOM guard (clean, retry in pieces) or an already typed error
-        message = f"CosyVoice's speech-token generator failed: {type(error).__name__}: {error}"
-        raise BackendRuntimeError(message) from (cause or error)
-
-
-class RequestWatches:
-    """Each running request's ``LlmWatch``, so several requests can run in one model at once.
-
-    Upstream's ``tts`` hands the ``text`` tensor we passed it, unchanged, to its ``llm_job`` thread (first
-    argument; the request's uuid is the last), so that object's identity finds the request's watch. Inside the
-    thread, ``current`` is that watch (the token loop and the batched decoder read it). A thread not started for
-    one of ours (upstream's own callers) gets a watch of its own.
-    """
-
-    def __init__(self) -> None:
-        self._by_text: dict[int, LlmWatch] = {}
-        self._lock = threading.Lock()
-        self._local = threading.local()
-
-    def register(self, text: torch.Tensor, watch: LlmWatch) -> None:
-        with self._lock:
-            self._by_text[id(text)] = watch
-
-    def release(self, text: torch.Tensor) -> None:
-        with self._lock:
-            self._by_text.pop(id(text), None)
-
-    def enter(self, text: Any, request_id: str) -> LlmWatch:
-        """Called first in an ``llm_job`` thread: its request's watch, now this thread's ``current``."""
-        with self._lock:
-            watch = self._by_text.get(id(text)) or LlmWatch()
-        watch.uuid = request_id
-        self._local.watch = watch
-        return watch
-
-    def current(self) -> LlmWatch | None:
-        return getattr(self._local, "watch", None)
-
-    def current_seed(self) -> int | None:
-        watch = self.current()
-        return watch.seed if watch is not None else None
-
-
-def install_guards(model: Any, watches: RequestWatches, token_cap: int | None) -> None:
-    """Wrap this model instance's ``llm_job`` and ``llm.inference`` (and, for random weights, its sampler)."""
-    original_job: Callable[..., None] = model.llm_job
-    original_inference: Callable[..., Generator[int, None, None]] = model.llm.inference
-
-    def guarded_job(*args: Any) -> None:
-        request_id = args[-1]
-        watch = watches.enter(args[0], request_id)
-        watch.started.set()
-        try:
-            original_job(*args)
-        except BaseException as exc:
-            watch.error = exc
-            log.error("upstream llm_job failed: %s: %s", type(exc).__name__, exc)
-            with model.lock:
-                if request_id in model.llm_end_dict:
-                    model.llm_end_dict[request_id] = True  # so a streaming caller stops waiting
-        finally:
-            watch.done.set()
-
-    def watched_inference(*args: Any, **kwargs: Any) -> Iterator[int]:
-        text_len = kwargs.get("text_len")
-        limit = token_limit(int(text_len.reshape(-1)[0]), token_cap) if token_cap and text_len is not None else None
-        watch = watches.current()
-        tokens = original_inference(*args, **kwargs)
-        try:
-            for count, token in enumerate(tokens):
-                if (watch is not None and watch.cancel.is_set()) or (limit is not None and count >= limit):
-                    return
-                yield token
-        finally:
-            tokens.close()
-
-    model.llm_job = guarded_job
-    model.llm.inference = watched_inference
-    if token_cap:
-        _mask_stop_tokens(model.llm)
-
-
-def isolate_hop_length(model: Any) -> None:
-    """Give each thread its own ``token_hop_len`` on this model instance (upstream grows the attribute with every
-    streamed chunk, so two streams at once would step on each other's); a thread starts at the loaded value.
-    The instance's class becomes a subclass with that one property; upstream's class is untouched."""
-    if "token_hop_len" not in vars(model):
-        return
-    initial = vars(model).pop("token_hop_len")
-    local = threading.local()
-
-    def get(self: Any) -> Any:
-        return getattr(local, "value", initial)
-
-    def put(self: Any, value: Any) -> None:
-        local.value = value
-
-    base = type(model)
-    model.__class__ = type(base.__name__, (base,), {"token_hop_len": property(get, put), "__module__": base.__module__})
-
-
-def _mask_stop_tokens(llm: Any) -> None:
-    """Random weights never choose an end token on purpose; make sure they never do by accident either."""
-    stops = list(getattr(llm, "stop_token_ids", [llm.speech_token_size]))
-    original: Callable[..., int] = llm.sampling
-
-    def sampling(scores: torch.Tensor, decoded: list[int], top_k: int) -> int:
-        scores[stops] = -float("inf")
-        return original(scores, decoded, top_k)
-
-    llm.sampling = sampling
-
-
 class UpstreamRuntime:
     """One loaded upstream model: its frontend (text), our featurizer (prompts) and its model (tokens → audio).
 
@@ -222,9 +82,8 @@ class UpstreamRuntime:
         self.watches = RequestWatches()
         self.decoder: Any = None  # our fast decode path (``decode_setup.prepare_llm``), closed with the runtime
         self.flow_graphs: GraphedEstimator | None = None  # the flow estimator's CUDA graphs (``flow_graphs.py``)
-        self.hop_len: int | None = getattr(model, "token_hop_len", None)
+        self.hops = Hops.of(model)  # read before anything runs: upstream's own tts grows the hop on the instance
         install_guards(model, self.watches, token_cap)
-        isolate_hop_length(model)
 
     def normalize(self, text: str) -> list[str]:
         """Upstream's text normalisation and sentence splitting (wetext when installed, else none)."""
@@ -258,20 +117,14 @@ class UpstreamRuntime:
     def run(
         self, model_input: dict[str, torch.Tensor], stream: bool, speed: float, seed: int | None = None
     ) -> Iterator[np.ndarray]:
-        """Upstream's generator as float32 arrays; closed (and its request's state dropped) however we leave.
-        Safe to call from several threads at once (each request has its own watch, uuid and hop length)."""
-        if self.hop_len is not None:
-            self.model.token_hop_len = self.hop_len  # upstream PR #1849: it grows across requests otherwise
-        watch = LlmWatch(seed)
-        text = model_input["text"]
-        self.watches.register(text, watch)
-        outputs = self.model.tts(**model_input, stream=stream, speed=speed)
-        finished = False
+        """Upstream's audio for one request as float32 arrays (``speech_loop.speak``); its thread stopped and its
+        per-request entries dropped however we leave. Safe to call from several threads at once."""
+        watch = LlmWatch(uuid.uuid4().hex, seed)
+        self.watches.register(watch)
         try:
-            for output in outputs:
+            for output in speak(self.model, model_input, watch, self.hops, stream, speed):
                 watch.raise_if_failed()
-                yield output["tts_speech"].reshape(-1).float().cpu().numpy()
-            finished = True
+                yield output.reshape(-1).float().numpy()
             watch.raise_if_failed()
         except VoiceLabError:
             raise
@@ -279,21 +132,7 @@ class UpstreamRuntime:
             watch.raise_if_failed(cause=exc)
             raise
         finally:
-            self._finish(outputs, watch, finished)
-            self.watches.release(text)
-
-    def _finish(self, outputs: Any, watch: LlmWatch, finished: bool) -> None:
-        if not finished:
-            watch.cancel.set()
-        outputs.close()
-        if not finished and watch.started.is_set() and not watch.done.wait(timeout=60):
-            log.warning("upstream llm_job did not stop within 60 s")
-        if watch.uuid is None:
-            return
-        with self.model.lock:  # upstream drops these itself only when its generator runs to the end
-            for name in SESSION_DICTS:
-                table: dict[str, Any] = getattr(self.model, name, None) or {}
-                table.pop(watch.uuid, None)
+            self.watches.release(watch)
 
     def close(self) -> None:
         if self.decoder is not None:
