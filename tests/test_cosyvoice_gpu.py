@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,19 +197,15 @@ def test_flow_estimator_graphs_equal_eager_and_are_kept_only_where_faster(
     runtime.close()
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_our_speech_loop_gives_upstreams_tts_audio_without_its_polling(
-    tmp_path_factory: pytest.TempPathFactory, stream: bool
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """``speech_loop.speak`` against upstream's own ``CosyVoice2Model.tts`` on one loaded model, same inputs and
-    seed: the same chunks and samples (the batched decoder samples from a per-request generator, so the LLM's
-    thread and the vocoder's noise do not race for the default one), and the first audio sooner."""
+    seed, whole and streamed: the same chunks and samples (the batched decoder samples from a per-request
+    generator, so the LLM's thread and the vocoder's noise do not race for the default one), first audio sooner."""
     _skip_without_gpu_or_install()
-    import time
-
     import numpy as np
     import soundfile as sf
-    import torch
 
     from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
     from voicelab.backends.cosyvoice.modes import plan_mode
@@ -219,24 +216,31 @@ def test_our_speech_loop_gives_upstreams_tts_audio_without_its_polling(
     samples, rate = sf.read(PROMPT, dtype="float32")
     assert rate == 16000
     inputs = runtime.inputs(plan_mode(2, TRANSCRIPT, ""), TEXT, runtime.speaker(samples))
-    sides: dict[str, tuple[list[np.ndarray], float]] = {}
-    for side in ("upstream", "ours", "upstream", "ours"):  # the first pair warms up
-        torch.manual_seed(11)
-        start, first = time.perf_counter(), None
-        chunks = []
-        for chunk in (
-            (o["tts_speech"].reshape(-1).numpy() for o in runtime.model.tts(**inputs, stream=stream, speed=1.0))
-            if side == "upstream"
-            else runtime.run(inputs, stream, 1.0)
-        ):
-            first = first or time.perf_counter() - start
-            chunks.append(chunk)
-        sides[side] = (chunks, first or 0.0)
-    (theirs, their_first), (ours, our_first) = sides["upstream"], sides["ours"]
-    print(f"stream={stream}: first audio upstream {their_first:.3f} s, ours {our_first:.3f} s")
-    assert [len(c) for c in ours] == [len(c) for c in theirs] and (len(ours) > 1) == stream
-    a, b = np.concatenate(theirs), np.concatenate(ours)
-    assert float(np.abs(a - b).max()) <= 1e-3 * max(float(np.abs(a).max()), 1e-6)
-    if stream:
-        assert our_first < their_first  # upstream waits for its next 100 ms poll
+    for stream in (False, True):
+        sides = {side: _timed_chunks(runtime, inputs, stream, side) for side in ("upstream", "ours") * 2}  # warm
+        (theirs, their_first), (ours, our_first) = sides["upstream"], sides["ours"]
+        print(f"stream={stream}: first audio upstream {their_first:.3f} s, ours {our_first:.3f} s")
+        assert [len(c) for c in ours] == [len(c) for c in theirs] and (len(ours) > 1) == stream
+        a, b = np.concatenate(theirs), np.concatenate(ours)
+        assert float(np.abs(a - b).max()) <= 1e-3 * max(float(np.abs(a).max()), 1e-6)
+        if stream:
+            assert our_first < their_first  # upstream waits for its next 100 ms poll
     runtime.close()
+
+
+def _timed_chunks(runtime: Any, inputs: dict[str, Any], stream: bool, side: str) -> tuple[list[Any], float]:
+    """One request's chunks through upstream's ``tts`` or ours, seeded alike, and the time to the first."""
+    import time
+
+    import torch
+
+    torch.manual_seed(11)
+    start, first, chunks = time.perf_counter(), 0.0, []
+    if side == "upstream":
+        outputs = (o["tts_speech"].reshape(-1).numpy() for o in runtime.model.tts(**inputs, stream=stream, speed=1.0))
+    else:
+        outputs = runtime.run(inputs, stream, 1.0)
+    for chunk in outputs:
+        first = first or time.perf_counter() - start
+        chunks.append(chunk)
+    return chunks, first
