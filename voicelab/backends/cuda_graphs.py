@@ -29,3 +29,13 @@ def device_ms(fn: Callable[[], object], runs: int = TIMING_RUNS) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def restore_generator_after_failed_capture() -> None:
+    """A capture that fails (a host sync inside it, say) leaves the default CUDA generator in capture mode: torch
+    skips its epilogue, and every later random draw on the device raises "Offset increment outside graph capture
+    encountered unexpectedly" (seen on the H200 in CosyVoice's vocoder). One trivial capture that succeeds ends it."""
+    scratch = torch.zeros(1, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scratch.add_(1)

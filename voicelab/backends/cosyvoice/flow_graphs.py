@@ -6,18 +6,24 @@ profile). ``GraphedEstimator`` stands in for ``flow.decoder.estimator`` (upstrea
 is padded at the end to the smallest bucket holding its length, copied into the bucket's static buffers and
 replayed. Padding at the end does not change the frames before it (causal, masked convolutions; attention over
 masked keys): on the CPU, CosyVoice2's estimator gave the same frames within 5e-6 for lengths 137, 300 and 611
-padded to 256, 512 and 768. Each bucket is captured on its first use, compared with the eager call on the same
-inputs (a bucket whose replay differs, as a non-causal estimator might, is never used) and timed against it; it is
-kept only if its replay is faster. One lock: requests running side by side take turns at the estimator (their
-kernels share the device anyway) and each copies its output out before the next replay. All buckets share one
-memory pool. Streaming calls (chunk masks), calls under autocast (upstream's float16 mode) and lengths past the
-largest bucket run eagerly.
+padded to 256, 512 and 768. Every bucket is captured at load (``capture_all``), compared with the eager call on
+the same inputs (a bucket whose replay differs, as a non-causal estimator might, is never used) and timed against
+it; it is kept only if its replay is faster. Never during requests: while any thread captures, a random draw on
+the default CUDA generator in another thread (the vocoder's noise) raises, so after a release (Clean cache, the
+OOM retry) the backend captures again only when no request is running. Upstream's ``add_optional_chunk_mask``
+ends with a ``.item()`` check, a host sync no capture can hold: while capturing, the estimator's module sees an
+equivalent without it. One lock: requests side by side take turns at the estimator (their kernels share the
+device anyway), each copying its output out before the next replay. All buckets share one memory pool. Streaming
+calls (chunk masks), calls under autocast (upstream's float16 mode) and lengths past the largest bucket run eagerly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from voicelab.backends.base import GraphBucket
-from voicelab.backends.cuda_graphs import bucket_for, device_ms
+from voicelab.backends.cuda_graphs import bucket_for, device_ms, restore_generator_after_failed_capture
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,7 @@ class GraphedEstimator(torch.nn.Module):
         self.reports: list[GraphBucket] = []
         self.lock = threading.Lock()
         self.pool: Any = None
+        self.released = False  # graphs dropped by ``release``: ``capture_all`` again when no request runs
 
     def __getattr__(self, name: str) -> Any:  # upstream reads e.g. ``static_chunk_size`` off its estimator
         try:
@@ -68,22 +75,37 @@ class GraphedEstimator(torch.nn.Module):
         if streaming or autocast or not x.is_cuda or spks is None or cond is None or bucket is None:
             return self.estimator(*inputs, streaming=streaming)
         with self.lock:
-            if bucket not in self.captured:
-                self.captured[bucket] = self._capture(bucket, inputs)  # type: ignore[arg-type]
-            entry = self.captured[bucket]
+            entry = self.captured.get(bucket)
             if entry is None:
                 return self.estimator(*inputs, streaming=False)
             _load(entry, inputs)  # type: ignore[arg-type]
             entry.graph.replay()
             return entry.output[:, :, :frames].clone()
 
+    def capture_all(self, channels: int = 80) -> int:
+        """Capture every bucket on synthetic inputs (at load, or when no request runs); the number kept."""
+        device = next(self.estimator.parameters()).device
+        generator = torch.Generator(device=device).manual_seed(0)
+        with self.lock, torch.inference_mode(), _capturable_masks(self.estimator):
+            self.captured.clear()
+            self.reports.clear()
+            for bucket in self.buckets:
+                x, mu, cond = (torch.randn(2, channels, bucket, device=device, generator=generator) for _ in range(3))
+                spks = torch.randn(2, channels, device=device, generator=generator)
+                t = torch.rand(2, device=device, generator=generator)
+                mask = torch.ones(2, 1, bucket, device=device)
+                self.captured[bucket] = self._capture(bucket, (x, mask, mu, t, spks, cond))
+            self.released = False
+        return sum(1 for entry in self.captured.values() if entry is not None)
+
     def release(self) -> int:
-        """Drop every captured graph (their pool becomes freeable); buckets are captured again on use."""
+        """Drop every captured graph (their pool becomes freeable) until the next ``capture_all``."""
         with self.lock:
             dropped = sum(1 for entry in self.captured.values() if entry is not None)
             self.captured.clear()
             self.reports.clear()
             self.pool = None
+            self.released = True
         return dropped
 
     def _capture(self, bucket: int, inputs: tuple[torch.Tensor, ...]) -> _Bucket | None:
@@ -104,6 +126,7 @@ class GraphedEstimator(torch.nn.Module):
             self.pool = graph.pool()
         except RuntimeError as exc:  # a kernel that cannot be captured: this bucket stays eager
             log.warning("flow estimator graph for %d frames not captured: %s", bucket, exc)
+            restore_generator_after_failed_capture()
             return None
         entry = _Bucket(static, output, graph)
         _load(entry, inputs)
@@ -117,6 +140,30 @@ class GraphedEstimator(torch.nn.Module):
         log.info("flow estimator graph, %d frames: eager %.2f ms, graph %.2f ms, %s", bucket, eager_ms, graph_ms,
                  "kept" if kept else "eager" if equal else "REJECTED: differs from eager")  # fmt: skip
         return entry if kept else None
+
+
+@contextlib.contextmanager
+def _capturable_masks(estimator: torch.nn.Module) -> Iterator[None]:
+    """While capturing: the estimator's module gets an ``add_optional_chunk_mask`` without upstream's host sync.
+    Without chunks (the only calls graphs serve) upstream returns the mask with all-false rows set true after a
+    ``.item()`` test; ``masks | (no true in the row)`` is the same tensor, computed on the device."""
+    module = sys.modules.get(type(estimator).__module__)
+    original: Callable[..., torch.Tensor] | None = getattr(module, "add_optional_chunk_mask", None)
+    if module is None or original is None:
+        yield
+        return
+
+    def sync_free(xs: torch.Tensor, masks: torch.Tensor, dynamic: bool, dynamic_left: bool, decoding_chunk: int,
+                  static_chunk: int, *rest: Any, **named: Any) -> torch.Tensor:  # fmt: skip
+        if dynamic or static_chunk > 0:
+            return original(xs, masks, dynamic, dynamic_left, decoding_chunk, static_chunk, *rest, **named)
+        return masks | (masks.sum(dim=-1, keepdim=True) == 0)
+
+    setattr(module, "add_optional_chunk_mask", sync_free)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(module, "add_optional_chunk_mask", original)  # noqa: B010
 
 
 def _padded(tensor: torch.Tensor, frames: int) -> torch.Tensor:
@@ -146,4 +193,6 @@ def install_flow_graphs(flow: Any) -> GraphedEstimator | None:
         return None
     graphed = GraphedEstimator(estimator)
     decoder.estimator = graphed
+    kept = graphed.capture_all(int(getattr(flow, "output_size", 80)))
+    log.info("flow estimator: %d of %d length buckets on CUDA graphs", kept, len(graphed.buckets))
     return graphed

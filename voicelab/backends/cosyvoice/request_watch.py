@@ -9,6 +9,7 @@ audio loop (``speech_loop.speak``) instead of it polling.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Generator, Iterator
@@ -94,6 +95,28 @@ class RequestWatches:
     def current_seed(self) -> int | None:
         watch = self.current()
         return watch.seed if watch is not None else None
+
+
+class QuietGate:
+    """Counts the requests running in one model and runs a task only when none is: a CUDA graph capture must not
+    overlap any other thread's random draw on the default CUDA generator (it raises there). A request arriving
+    while the task runs waits for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+
+    @contextlib.contextmanager
+    def request(self, when_quiet: Callable[[], object] | None = None) -> Iterator[None]:
+        with self._lock:
+            if self._running == 0 and when_quiet is not None:
+                when_quiet()
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
 
 
 def install_guards(model: Any, watches: RequestWatches, token_cap: int | None) -> None:

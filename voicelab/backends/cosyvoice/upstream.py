@@ -26,7 +26,7 @@ from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, prepare_llm
 from voicelab.backends.cosyvoice.features import SpeakerEntry, UpstreamFeaturizer
 from voicelab.backends.cosyvoice.flow_graphs import GraphedEstimator, install_flow_graphs
 from voicelab.backends.cosyvoice.modes import Mode, ModePlan
-from voicelab.backends.cosyvoice.request_watch import LlmWatch, RequestWatches, install_guards
+from voicelab.backends.cosyvoice.request_watch import LlmWatch, QuietGate, RequestWatches, install_guards
 from voicelab.backends.cosyvoice.speech_loop import Hops, speak
 from voicelab.errors import BackendLoadError, VoiceLabError
 
@@ -80,6 +80,7 @@ class UpstreamRuntime:
         self.frontend, self.model, self.featurizer = frontend, model, featurizer
         self.version, self.sample_rate = version, sample_rate
         self.watches = RequestWatches()
+        self.gate = QuietGate()  # flow graphs are captured again only when no request runs
         self.decoder: Any = None  # our fast decode path (``decode_setup.prepare_llm``), closed with the runtime
         self.flow_graphs: GraphedEstimator | None = None  # the flow estimator's CUDA graphs (``flow_graphs.py``)
         self.hops = Hops.of(model)  # read before anything runs: upstream's own tts grows the hop on the instance
@@ -122,6 +123,14 @@ class UpstreamRuntime:
         watch = LlmWatch(uuid.uuid4().hex, seed)
         self.watches.register(watch)
         try:
+            with self.gate.request(self._recapture_released_graphs):
+                yield from self._outputs(model_input, watch, stream, speed)
+        finally:
+            self.watches.release(watch)
+
+    def _outputs(self, model_input: dict[str, torch.Tensor], watch: LlmWatch, stream: bool, speed: float
+                 ) -> Iterator[np.ndarray]:  # fmt: skip
+        try:
             for output in speak(self.model, model_input, watch, self.hops, stream, speed):
                 watch.raise_if_failed()
                 yield output.reshape(-1).float().numpy()
@@ -131,8 +140,12 @@ class UpstreamRuntime:
         except Exception as exc:
             watch.raise_if_failed(cause=exc)
             raise
-        finally:
-            self.watches.release(watch)
+
+    def _recapture_released_graphs(self) -> None:
+        """Run by ``gate`` when no request is running: the flow graphs Clean cache or the OOM retry dropped."""
+        if self.flow_graphs is not None and self.flow_graphs.released:
+            kept = self.flow_graphs.capture_all()
+            log.info("flow estimator graphs captured again: %d kept", kept)
 
     def close(self) -> None:
         if self.decoder is not None:
