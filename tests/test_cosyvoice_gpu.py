@@ -168,9 +168,11 @@ def test_real_weights_clone_when_a_model_directory_is_given(tmp_path: Path) -> N
 def test_flow_estimator_graphs_equal_eager_and_are_kept_only_where_faster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """The flow's estimator behind bucketed CUDA graphs, every bucket captured at load: same frames as eager
-    within float tolerance at lengths inside buckets, a report per bucket (kept only where faster); the device's
-    random draws still work after the captures; Clean cache's release drops them and ``capture_all`` restores."""
+    """The flow's estimator behind bucketed CUDA graphs, every bucket captured at load: same frames as eager at
+    lengths inside buckets, a report per bucket (kept only where faster); the device's random draws still work
+    after the captures; Clean cache's release drops them and ``capture_all`` restores. Padded to its bucket a call
+    runs other convolution algorithms, in TF32 (cuDNN's default): on the H200 the frames differed from eager by
+    1.4e-3 of their scale, so 5e-3 here; a padding that leaked into the frames would differ by far more."""
     _skip_without_gpu_or_install()
     import torch
 
@@ -196,7 +198,7 @@ def test_flow_estimator_graphs_equal_eager_and_are_kept_only_where_faster(
             eager = graphed.estimator(x, mask, mu, t, spks, cond, streaming=False)
             out = graphed(x, mask, mu, t, spks, cond, streaming=False)
             assert out.shape == eager.shape
-            assert float((out - eager).abs().max()) <= 1e-3 * float(eager.abs().max())
+            assert float((out - eager).abs().max()) <= 5e-3 * float(eager.abs().max())
     assert graphed.release() == kept and graphed.captured == {} and graphed.released
     again = graphed.capture_all()
     assert abs(again - kept) <= 1  # a bucket whose graph barely beat eager may flip on a second timing
@@ -244,6 +246,7 @@ def _timed_chunks(runtime: Any, inputs: dict[str, Any], stream: bool, side: str)
     import torch
 
     torch.manual_seed(11)
+    runtime.model.token_hop_len = runtime.hops.first  # upstream's tts grows it across requests (its PR #1849)
     start, first, chunks = time.perf_counter(), 0.0, []
     if side == "upstream":
         outputs = (o["tts_speech"].reshape(-1).numpy() for o in runtime.model.tts(**inputs, stream=stream, speed=1.0))
