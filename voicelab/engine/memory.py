@@ -202,27 +202,21 @@ def cap_plan_cache(device: str, plans: int = CUFFT_PLAN_CACHE_SIZE) -> None:
         torch.backends.cuda.cufft_plan_cache[cuda.index].max_size = plans
 
 
-def _empty_cuda_cache(cuda: torch.device) -> list[str]:
-    import torch
-
-    torch.cuda.synchronize(cuda)
-    torch.cuda.empty_cache()
-    return ["synchronised the device", "CUDA cached blocks (empty_cache)"]
-
-
-def _clear_cuda_caches(cuda: torch.device) -> list[str]:
-    """Release library caches first (their memory returns to the allocator), then the allocator's cache."""
+def _clear_cuda_caches(cuda: torch.device, libraries: bool = True) -> list[str]:
+    """Release library caches first (their memory returns to the allocator), then the allocator's cache;
+    without ``libraries`` (the automatic clean) only the allocator's."""
     import torch
 
     cleared: list[str] = []
     torch.cuda.synchronize(cuda)
     cleared.append("synchronised the device")
-    torch.backends.cuda.cufft_plan_cache[cuda.index].clear()
-    cleared.append("cuFFT plan cache")
-    clear_cublas: Callable[[], None] | None = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-    if clear_cublas is not None:
-        clear_cublas()
-        cleared.append("cuBLAS workspaces")
+    if libraries:
+        torch.backends.cuda.cufft_plan_cache[cuda.index].clear()
+        cleared.append("cuFFT plan cache")
+        clear_cublas: Callable[[], None] | None = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear_cublas is not None:
+            clear_cublas()
+            cleared.append("cuBLAS workspaces")
     torch.cuda.empty_cache()
     cleared.append("CUDA cached blocks (empty_cache)")
     return cleared
@@ -251,7 +245,7 @@ def clean_device_cache(
         cleared.append(f"freed host heap returned to the OS ({returned / 2**20:.0f} MiB)")
     cuda = _cuda_device(device)
     if cuda is not None:
-        cleared.extend(_clear_cuda_caches(cuda) if thorough else _empty_cuda_cache(cuda))
+        cleared.extend(_clear_cuda_caches(cuda, libraries=thorough))
     after = allocator_stats(device)
     report = CleanReport(before=before, after=after, cleared=tuple(cleared), duration_s=time.perf_counter() - started)
     logger.info(
