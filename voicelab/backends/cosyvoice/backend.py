@@ -197,7 +197,7 @@ class CosyVoiceBackend:
         return tuple(graphs.reports) if graphs is not None else ()
 
     def release_graphs(self) -> int:
-        """Clean cache: drop the flow estimator's graphs (captured again on use)."""
+        """Clean cache: drop the flow estimator's graphs (captured again when no request runs)."""
         graphs = self.runtime.flow_graphs if self.runtime is not None else None
         return graphs.release() if graphs is not None else 0
 
