@@ -32,11 +32,12 @@ from voicelab.backends.base import (
 from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
 from voicelab.backends.cosyvoice.default_voice import default_prompt
 from voicelab.backends.cosyvoice.features import PROMPT_RATE, SpeakerEntry
-from voicelab.backends.cosyvoice.modes import BoundedLRU, ModePlan, plan_mode, segment_text
+from voicelab.backends.cosyvoice.modes import ModePlan, plan_mode, segment_text
 from voicelab.backends.cosyvoice.preflight import model_dir_of, preflight
 from voicelab.backends.cosyvoice.upstream import UpstreamRuntime, load_runtime, model_version
 from voicelab.backends.threaded import concurrent_events
 from voicelab.errors import BackendLoadError, InvalidPromptError, InvalidTextError
+from voicelab.lru import BoundedLRU
 from voicelab.settings import Settings
 
 log = logging.getLogger(__name__)

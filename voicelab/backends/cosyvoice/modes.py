@@ -7,15 +7,11 @@ in the prompt text (or in the text itself when there is no prompt text); it is a
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
-from typing import Generic, TypeVar
 
 END_OF_PROMPT = "<|endofprompt|>"
 SYSTEM_PREFIX = "You are a helpful assistant."
-V = TypeVar("V")
 
 
 class Mode(Enum):
@@ -57,41 +53,3 @@ def segment_text(plan: ModePlan, segment: str) -> str:
     if plan.text_prefix and END_OF_PROMPT not in segment:
         return plan.text_prefix + segment
     return segment
-
-
-class BoundedLRU(Generic[V]):
-    """A least-recently-used map with a fixed capacity: replaces upstream's unbounded ``spk2info``.
-    Thread-safe: requests running side by side share it."""
-
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be at least 1")
-        self.capacity = capacity
-        self._items: OrderedDict[str, V] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: str) -> V | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            self._items.move_to_end(key)
-            return value
-
-    def put(self, key: str, value: V) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-    def __len__(self) -> int:
-        return len(self._items)
