@@ -43,32 +43,44 @@ def test_on_cpu_the_wrapper_is_the_estimator_and_is_not_installed() -> None:
     assert install_flow_graphs(flow) is None and isinstance(flow.decoder.estimator, ToyEstimator)
 
 
-def test_the_capturable_mask_equals_upstreams_without_its_host_sync() -> None:
-    """Upstream's ``add_optional_chunk_mask`` (no chunks) sets all-false rows true after an ``.item()`` test; the
-    stand-in used while capturing gives the same mask, and leaves chunked calls to the original."""
-    module = types.ModuleType("fake_decoder_module")
-    chunked: list[int] = []
+def _upstream_like_mask(xs: torch.Tensor, masks: torch.Tensor, dynamic: bool, dynamic_left: bool, decoding: int,
+                        static: int, left: int, full: bool = True) -> torch.Tensor:  # fmt: skip
+    """Upstream's logic, written out by loops: the static chunk mask, then all-false rows set true after a sync."""
+    chunk = masks.clone()
+    if static > 0:
+        length = xs.size(1)
+        visible = [[key < (query // static + 1) * static for key in range(length)] for query in range(length)]
+        chunk = masks & torch.tensor(visible).unsqueeze(0)
+    if (chunk.sum(dim=-1) == 0).sum().item() != 0:
+        chunk[chunk.sum(dim=-1) == 0] = True
+    return chunk
 
-    def upstream_like(xs: torch.Tensor, masks: torch.Tensor, dynamic: bool, dynamic_left: bool, decoding: int,
-                      static: int, left: int, full: bool = True) -> torch.Tensor:  # fmt: skip
-        if static > 0:
-            chunked.append(static)
-            return masks
-        chunk = masks.clone()
-        if (chunk.sum(dim=-1) == 0).sum().item() != 0:
-            chunk[chunk.sum(dim=-1) == 0] = True
-        return chunk
+
+def test_the_capturable_mask_equals_upstreams_without_its_host_sync() -> None:
+    """Upstream's ``add_optional_chunk_mask`` sets all-false rows true after an ``.item()`` test; the stand-in
+    used while capturing gives the same mask, whole (padding only) and streamed (static chunks of 2 and 3 frames,
+    a padded tail), and leaves dynamic chunks (training) to the original."""
+    module = types.ModuleType("fake_decoder_module")
+    dynamic_calls: list[bool] = []
+
+    def upstream_like(*args: object) -> torch.Tensor:
+        dynamic_calls.append(bool(args[2]))
+        return _upstream_like_mask(*args)  # type: ignore[arg-type]
 
     module.add_optional_chunk_mask = upstream_like  # type: ignore[attr-defined]
     estimator = type("Estimator", (torch.nn.Module,), {"__module__": module.__name__})()
     sys.modules[module.__name__] = module
     try:
-        masks = torch.tensor([[[True, True, False, False]], [[False, False, False, False]]])
+        masks = torch.tensor([[[True, True, True, True, True, False, False]], [[False] * 7]])
+        xs = torch.zeros(2, 7, 4)
         with _capturable_masks(estimator):
-            during = module.add_optional_chunk_mask(None, masks, False, False, 0, 0, -1)  # type: ignore[attr-defined]
-            module.add_optional_chunk_mask(None, masks, False, False, 0, 50, -1)  # type: ignore[attr-defined]
-        assert torch.equal(during, upstream_like(None, masks, False, False, 0, 0, -1))  # type: ignore[arg-type]
-        assert chunked == [50] and module.add_optional_chunk_mask is upstream_like  # type: ignore[attr-defined]
+            stand_in = module.add_optional_chunk_mask  # type: ignore[attr-defined]
+            for static in (0, 2, 3):
+                expected = _upstream_like_mask(xs, masks, False, False, 0, static, -1)
+                assert torch.equal(stand_in(xs, masks, False, False, 0, static, -1), expected), static
+            assert dynamic_calls == []
+            stand_in(xs, masks, True, False, 0, 0, -1)
+        assert dynamic_calls == [True] and module.add_optional_chunk_mask is upstream_like  # type: ignore[attr-defined]
     finally:
         del sys.modules[module.__name__]
 

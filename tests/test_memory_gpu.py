@@ -96,21 +96,29 @@ def test_nvml_sees_this_process_using_at_least_what_torch_reserved(device: str) 
     del keep
 
 
-def test_cufft_plans_for_many_signal_lengths_stay_within_the_cap(device: str) -> None:
-    """One plan per length: 200 lengths (as the soak's outputs and prompts) must not leave 200 plans behind."""
+def test_cufft_plans_are_reused_per_length_and_stay_within_a_cap(device: str) -> None:
+    """One plan per length: a length seen before reuses its plan (rebuilding them under a small cap grew the
+    worker's RSS), and however many lengths come, the cache never holds more than its cap."""
     cache = torch.backends.cuda.cufft_plan_cache[0]
     default = cache.max_size
+    window = torch.hann_window(400, device=device)
+
+    def spectra(lengths: range) -> None:
+        for n in lengths:
+            torch.stft(torch.randn(n, device=device), 400, 160, window=window, return_complex=True)
+
     try:
+        cache.clear()
         memory.cap_plan_cache(device)
-        for n in range(4000, 4000 + 200 * 160, 160):  # 200 frame counts, one plan each
-            torch.stft(
-                torch.randn(n, device=device),
-                400,
-                160,
-                window=torch.hann_window(400, device=device),
-                return_complex=True,
-            )
-        assert 0 < cache.size <= memory.CUFFT_PLAN_CACHE_SIZE
+        assert cache.max_size == memory.CUFFT_PLAN_CACHE_SIZE
+        lengths = range(4000, 4000 + 50 * 160, 160)  # 50 frame counts, one plan each
+        spectra(lengths)
+        held = cache.size
+        spectra(lengths)
+        assert 0 < held == cache.size <= 50
+        memory.cap_plan_cache(device, 16)
+        spectra(range(40_000, 40_000 + 200 * 160, 160))
+        assert 0 < cache.size <= 16
     finally:
         cache.max_size = default
         cache.clear()

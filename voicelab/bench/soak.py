@@ -111,7 +111,7 @@ def _naive_core(core: Any) -> Any:
 
     from voicelab.backends.batching import BatchPolicy
     from voicelab.engine.heap import HeapPolicy
-    from voicelab.engine.memory import HygienePolicy, cap_plan_cache
+    from voicelab.engine.memory import HygienePolicy
     from voicelab.engine.voicing import VoiceStage
 
     class NaiveVoiceStage(VoiceStage):
@@ -138,7 +138,6 @@ def _naive_core(core: Any) -> Any:
     core.voice = NaiveVoiceStage(core.device)
     core.hygiene = HygienePolicy(enabled=False)  # no cleaning between jobs
     core.heap_policy = HeapPolicy(arena_max=0, trim_after_job=False)
-    cap_plan_cache(core.device, 4096)  # torch's default
     return core
 
 

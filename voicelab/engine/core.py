@@ -120,6 +120,7 @@ class EngineCore:
         self.hygiene = memory.HygienePolicy(
             enabled=settings.auto_clean,
             cached_share=settings.auto_clean_cached_share,
+            cached_bytes=int(settings.auto_clean_cached_mib * 2**20),
             fragmentation=settings.auto_clean_fragmentation,
         )
 

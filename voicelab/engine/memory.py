@@ -187,13 +187,16 @@ def segment_snapshot(device: str) -> SegmentSnapshot:
     return SegmentSnapshot(device=str(cuda), segments=tuple(sorted(segments, key=lambda s: s.address)))
 
 
-CUFFT_PLAN_CACHE_SIZE = 32  # torch's default is 4,096 plans per device
+CUFFT_PLAN_CACHE_SIZE = 4096  # torch's default: ~55 MiB of host memory when full (300 plans held ~4 MiB)
 
 
 def cap_plan_cache(device: str, plans: int = CUFFT_PLAN_CACHE_SIZE) -> None:
-    """Bound cuFFT's plan cache: the speaker encoder, pitch tracker and voice renderer make one plan per signal
-    length, and torch keeps up to 4,096 per device. Measured on the H200, 300 plans hold ~4 MiB of host memory
-    (and their work areas on the device), so this is a bound, not the cause of the soak's RSS drift.
+    """Bound cuFFT's plan cache (one plan per signal length: the speaker encoder, pitch tracker, voice renderer,
+    CosyVoice's vocoder and prompt features). A small cap costs host memory instead of saving it: every new length
+    evicts a plan and builds another, and the worker's RSS grew with the churn. On the H200 (session 8, side by
+    side): the managed Piper soak grew +107 MiB over 1,000 requests with a cap of 32 and +45 MiB with 4,096, and
+    CosyVoice2 grew 2.0 MiB per call with new text lengths against 0.26 repeating one request, while upstream's
+    own process (torch's default) stayed flat. So the bound is torch's own 4,096, set here so that it is explicit.
     """
     import torch
 
@@ -280,11 +283,14 @@ class HygienePolicy:
     """When to clean the allocator cache between jobs (cleaning after every job costs latency, see DESIGN.md).
 
     cached_share: clean when cached-but-free memory exceeds this share of the device's total memory.
+    cached_bytes: ... or exceeds this many bytes (on a 141 GB H200 a share is never reached: CosyVoice kept the
+    ~2.7 GiB its longest requests had needed cached for good, 1.47x upstream's reserved memory, session 7).
     fragmentation: clean when non-releasable ÷ cached free exceeds this and at least ``min_cached_bytes`` is cached.
     """
 
     enabled: bool = True
     cached_share: float = 0.25
+    cached_bytes: int = 1024**3
     fragmentation: float = 0.5
     min_cached_bytes: int = 256 * 1024**2
 
@@ -293,18 +299,19 @@ class HygienePolicy:
             raise ValueError(f"cached_share must be in (0, 1], got {self.cached_share}")
         if not 0.0 < self.fragmentation <= 1.0:
             raise ValueError(f"fragmentation must be in (0, 1], got {self.fragmentation}")
-        if self.min_cached_bytes < 0:
-            raise ValueError(f"min_cached_bytes must be >= 0, got {self.min_cached_bytes}")
+        if self.min_cached_bytes < 0 or self.cached_bytes <= 0:
+            raise ValueError(f"min_cached_bytes must be >= 0 and cached_bytes > 0, got {self}")
 
     def should_clean(
         self, stats: AllocatorStats, device_total: int, last_clean: AllocatorStats | None = None
     ) -> str | None:
         """The reason to clean now, or ``None`` to leave the cache alone.
 
-        ``last_clean``: the allocator as the previous automatic clean left it. Fragmentation that clean could not
-        release (split blocks of segments still in use) does not call for another until the cached memory has
-        grown by ``min_cached_bytes`` since: on the H200, CosyVoice left ~74 % of its ~270 MiB cache split after
-        every request, and the clean that followed each one freed ~100 MiB and cost ~0.5 s before the next job.
+        ``last_clean``: the allocator as the previous automatic clean left it. What that clean could not release
+        (split blocks of segments still in use, CUDA graph pools) does not call for another until the cached
+        memory has grown by ``min_cached_bytes`` since: on the H200, CosyVoice left ~74 % of its ~270 MiB cache
+        split after every request, and the clean that followed each one freed ~100 MiB and cost ~0.5 s before
+        the next job.
         """
         if not self.enabled:
             return None
@@ -316,6 +323,8 @@ class HygienePolicy:
         if device_total > 0 and cached > self.cached_share * device_total:
             return f"cached free memory is {cached / device_total:.0%} of the device (limit {self.cached_share:.0%})"
         grown = last_clean is None or cached - last_clean.cached_free >= self.min_cached_bytes
+        if cached > self.cached_bytes and grown:
+            return f"cached free memory is {cached / 2**20:.0f} MiB (limit {self.cached_bytes / 2**20:.0f} MiB)"
         if cached >= self.min_cached_bytes and stats.fragmentation > self.fragmentation and grown:
             return f"fragmentation is {stats.fragmentation:.0%} (limit {self.fragmentation:.0%})"
         return None

@@ -227,7 +227,9 @@ def load_runtime(
     model.load(str(model_dir / "llm.pt"), str(model_dir / "flow.pt"), str(model_dir / "hift.pt"))
     if dtype != "float32":
         model.llm.to(TORCH_DTYPES[dtype])
+    _log_device_memory("weights")
     decoder = prepare_llm(model.llm, device, decode or DecodeChoice(), mask_stops=token_cap is not None)
+    _log_device_memory("decode path")
     sample_rate = int(configs["sample_rate"])
     featurizer = UpstreamFeaturizer(frontend, sample_rate, model.device)
     del configs
@@ -235,6 +237,14 @@ def load_runtime(
     runtime = UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
     runtime.decoder = decoder
     runtime.flow_graphs = install_flow_graphs(model.flow) if flow_graphs else None
+    _log_device_memory("flow graphs")
     if isinstance(decoder, DecodeBatcher):
         decoder.seed_source = runtime.watches.current_seed  # each request samples from its own seed
     return runtime
+
+
+def _log_device_memory(stage: str) -> None:
+    """Allocated and reserved CUDA memory after a load stage: where a loaded model's VRAM goes."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+        log.info("after %s: %.0f MiB allocated, %.0f MiB reserved", stage, allocated / 2**20, reserved / 2**20)
