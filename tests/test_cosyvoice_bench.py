@@ -75,3 +75,26 @@ def test_streamed_requests_have_the_named_length_half_in_the_cached_voice_and_rt
     assert goal_lines(ours, None, None)[-1].endswith("(goal <= 0.3) FAIL")
     figures = summary([(1.0, 0.2, 2.0), (3.0, 0.2, 10.0), (2.0, 0.2, 10.0)])
     assert figures["rtf_8s_plus"] == 0.25 and figures["requests_8s_plus"] == 2
+
+
+def test_first_audio_timeline_reads_each_stage_once_and_counts_the_tokens_before_the_flow() -> None:
+    from voicelab.bench.cosyvoice_first_audio import timeline
+
+    marks = [("token", 0.022), ("token", 0.025), ("token", 0.028), ("flow+", 0.030), ("token", 0.031),
+             ("flow-", 0.160), ("vocoder+", 0.161), ("vocoder-", 0.190), ("flow+", 0.300), ("flow-", 0.400)]  # fmt: skip
+    line = timeline(marks, 0.0, 0.192)
+    assert line.tokens_by_flow == 3 and round(line.first_token_ms) == 22 and round(line.token_gap_ms) == 3
+    assert [round(v) for v in (*line.flow_ms, *line.vocoder_ms, line.first_audio_ms)] == [30, 160, 161, 190, 192]
+    assert line.line().startswith("first token 22 ms, 3 tokens by the first flow call")
+
+
+def test_host_memory_phases_repeat_one_request_then_vary_the_text_then_the_voice(tmp_path: Path) -> None:
+    from voicelab.bench.cosyvoice_host_memory import phases
+
+    jobs = workload(60, 200, tmp_path)
+    chosen = phases(jobs, 12)
+    same, texts, voices = chosen.values()
+    assert same == [jobs[0]] * 12
+    assert {job.prompt for job in texts} == {jobs[0].prompt} and len({job.text for job in texts}) > 8
+    assert len(voices) == 12 and jobs[0].prompt not in {job.prompt for job in voices}
+    assert len({job.prompt for job in voices}) == 12

@@ -26,6 +26,8 @@ BENCHMARKS: dict[str, str] = {
     "devices": "voicelab.bench.devices",  # throughput with 1 vs N devices (--devices cuda:0,cuda:1)
     "load": "voicelab.bench.load_api",  # browser sessions, or API clients with --api
     "cosyvoice": "voicelab.bench.cosyvoice",
+    "cosyvoice_first_audio": "voicelab.bench.cosyvoice_first_audio",  # a lone streamed request, stage by stage
+    "cosyvoice_host_memory": "voicelab.bench.cosyvoice_host_memory",  # RSS per phase: one request, texts, voices
     "mandarin_rtf": "voicelab.bench.mandarin_rtf",  # the Mandarin voice: PyTorch vs the TFLite reference
     "throughput": "voicelab.bench.throughput",  # concurrent clients, micro-batched vs one job at a time
 }

@@ -1,0 +1,150 @@
+"""Where a lone streamed CosyVoice request's first audio goes: per stage, from the runtime's own calls.
+
+    python -m voicelab bench cosyvoice_first_audio --model-dir DIR [--code DIR] [--slots 16] [--runs 8]
+
+Loads the model as the backend does (``load_runtime``), makes one prompt's features (a cached voice from then on),
+and runs ``--runs`` streamed requests of 200-character texts (their first sentence) one at a time, stopping each at
+its first chunk. Each line: the first token, how many tokens had come by the time the first chunk's flow started
+(upstream's first hop, padded to whole hops of prompt and chunk, plus the look-ahead), the flow's and the vocoder's
+spans and the first audio, all in ms from the request's start (the device synchronised around each stage, so the
+spans are the stages' own). Then one decode step replayed alone at 1, 2 and ``--slots`` rows, and one token's
+sampling. The first run includes one-off warm-up; read the others. No engine, no IPC: the model's own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
+PROMPT = DATA / "arctic_slt_en_female.wav"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One request's stages in ms from its start; ``tokens_by_flow``: tokens there when the first flow call began."""
+
+    first_token_ms: float
+    tokens_by_flow: int
+    token_gap_ms: float
+    flow_ms: tuple[float, float]
+    vocoder_ms: tuple[float, float]
+    first_audio_ms: float
+
+    def line(self) -> str:
+        return (
+            f"first token {self.first_token_ms:.0f} ms, {self.tokens_by_flow} tokens by the first flow call "
+            f"(median gap {self.token_gap_ms:.2f} ms), flow {self.flow_ms[0]:.0f}-{self.flow_ms[1]:.0f}, "
+            f"vocoder {self.vocoder_ms[0]:.0f}-{self.vocoder_ms[1]:.0f}, first audio {self.first_audio_ms:.0f} ms"
+        )
+
+
+def timeline(marks: list[tuple[str, float]], start: float, first_audio: float) -> Timeline:
+    """``marks``: ("token", t), ("flow+", t), ("flow-", t), ("vocoder+", t), ("vocoder-", t) in seconds."""
+    ms = lambda t: 1000 * (t - start)  # noqa: E731
+    tokens = [t for name, t in marks if name == "token"]
+    first = {name: t for name, t in reversed(marks) if name != "token"}  # each stage's first occurrence
+    flow_start = first.get("flow+", first_audio)
+    gaps = [1000 * (b - a) for a, b in zip(tokens, tokens[1:], strict=False)] or [0.0]
+    return Timeline(
+        first_token_ms=ms(tokens[0]) if tokens else -1.0,
+        tokens_by_flow=sum(1 for t in tokens if t <= flow_start),
+        token_gap_ms=statistics.median(gaps),
+        flow_ms=(ms(first.get("flow+", start)), ms(first.get("flow-", start))),
+        vocoder_ms=(ms(first.get("vocoder+", start)), ms(first.get("vocoder-", start))),
+        first_audio_ms=ms(first_audio),
+    )
+
+
+def _timed(name: str, call: Callable[..., Any], marks: list[tuple[str, float]], sync: Callable[[], None]) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        sync()
+        marks.append((name + "+", time.perf_counter()))
+        out = call(*args, **kwargs)
+        sync()
+        marks.append((name + "-", time.perf_counter()))
+        return out
+
+    return wrapper
+
+
+def _instrument(runtime: Any, marks: list[tuple[str, float]], sync: Callable[[], None]) -> None:
+    """Stamp the flow, the vocoder and every token the decode path yields (instance attributes only)."""
+    model = runtime.model
+    model.flow.inference = _timed("flow", model.flow.inference, marks, sync)
+    model.hift.inference = _timed("vocoder", model.hift.inference, marks, sync)
+    decoder = runtime.decoder
+    if decoder is None:
+        return
+    decode = decoder.decode
+
+    def stamped(*args: Any, **kwargs: Any) -> Iterator[int]:
+        for token in decode(*args, **kwargs):
+            marks.append(("token", time.perf_counter()))
+            yield token
+
+    decoder.decode = stamped
+
+
+def _step_times(runtime: Any, slots: int, sync: Callable[[], None], repeats: int = 50) -> list[str]:
+    runner = getattr(runtime.decoder, "runner", None)
+    if runner is None:
+        return ["(no fast decode path: upstream's loop)"]
+    lines = []
+    for rows in sorted({1, 2, slots}):
+        sync()
+        started = time.perf_counter()
+        for _ in range(repeats):
+            runner.step(300, rows)
+        sync()
+        lines.append(f"decode step, {rows} row(s): {1000 * (time.perf_counter() - started) / repeats:.2f} ms")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    import soundfile as sf
+    import torch
+
+    from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
+    from voicelab.backends.cosyvoice.modes import plan_mode
+    from voicelab.backends.cosyvoice.upstream import load_runtime
+    from voicelab.bench.soak import CORPUS
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--code", default="", help="an upstream checkout (default: the installed package)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--slots", type=int, default=16, help="decode slots, as --backend-options decode_slots")
+    parser.add_argument("--runs", type=int, default=8)
+    args = parser.parse_args(argv)
+    cuda = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    runtime = load_runtime(args.model_dir, args.code, args.device, "float32", 500, DecodeChoice("on", args.slots))
+    samples, _ = sf.read(PROMPT, dtype="float32")
+    entry = runtime.speaker(samples)
+    plan = plan_mode(runtime.version, PROMPT.with_suffix(".txt").read_text().strip(), "")
+    marks: list[tuple[str, float]] = []
+    _instrument(runtime, marks, sync)
+    for run in range(args.runs):
+        sentence = runtime.normalize(CORPUS[(97 * run) % (len(CORPUS) - 200) :][:200].strip())[0]
+        start = time.perf_counter()
+        inputs = runtime.inputs(plan, sentence, entry)
+        marks.clear()
+        chunks = runtime.run(inputs, True, 1.0, seed=run)
+        next(chunks)
+        first_audio = time.perf_counter()
+        chunks.close()
+        print(f"run {run}: {len(sentence)} characters; " + timeline(list(marks), start, first_audio).line(), flush=True)
+    for line in _step_times(runtime, args.slots, sync):
+        print(line)
+    runtime.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

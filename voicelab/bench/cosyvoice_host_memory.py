@@ -1,0 +1,98 @@
+"""Where the CosyVoice worker's host memory grows: RSS and Python's own allocations per phase of requests.
+
+    python -m voicelab bench cosyvoice_host_memory --model-dir DIR [--code DIR] [--phase 30] [--no-scores]
+
+The engine in this process (``EngineCore`` behind ``InprocClient``, the path every front end takes), zero-shot
+requests after a warm-up of ten, in three phases: the same request again and again (a leak per call), new texts
+in one voice (caches per text length), new prompts (state per voice). Each phase prints its RSS growth per call,
+what tracemalloc saw Python allocate (the rest is native) and the largest Python growth by traceback.
+``--no-scores`` skips the similarity score and pitch of each output (upstream's process does neither): an A/B.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import tempfile
+import time
+import tracemalloc
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+MIB = 2**20
+
+
+def phases(jobs: list[Any], size: int) -> dict[str, list[Any]]:
+    """The three phases over the workload after its first ten (the warm-up): one request, one voice, new voices."""
+    base, rest = jobs[0], jobs[10:]
+    one_voice = [replace(job, prompt=base.prompt, transcript=base.transcript) for job in rest]
+    return {
+        "same request": [base] * size,
+        "new texts, one voice": one_voice[:size],
+        "new prompts": [job for job in rest if job.prompt != base.prompt][:size],
+    }
+
+
+def _phase(name: str, items: list[Any], generate: Any) -> None:
+    from voicelab.engine.heap import free_heap_bytes, process_rss
+
+    gc.collect()
+    rss, before, started = process_rss(), tracemalloc.take_snapshot(), time.perf_counter()
+    for job in items:
+        generate(job)
+    gc.collect()
+    grown, after = process_rss() - rss, tracemalloc.take_snapshot()
+    traced = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    print(
+        f"{name}: {len(items)} requests in {time.perf_counter() - started:.0f} s; RSS {rss / MIB:.1f} -> "
+        f"{(rss + grown) / MIB:.1f} MiB ({grown / MIB / max(len(items), 1):+.2f} MiB per call); Python "
+        f"{traced / MIB:+.2f} MiB; glibc free {(free_heap_bytes() or 0) / MIB:.0f} MiB",
+        flush=True,
+    )
+    for stat in after.compare_to(before, "traceback")[:5]:
+        if stat.size_diff > 64 * 1024:
+            frames = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in stat.traceback[:6])
+            print(f"   {stat.size_diff / 1024:+.0f} KiB {stat.count_diff:+d} blocks {frames}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from voicelab.bench.cosyvoice import workload
+    from voicelab.bench.cosyvoice_sides import _request
+    from voicelab.engine.core import EngineCore
+    from voicelab.engine.inproc import InprocClient
+    from voicelab.settings import Settings
+    from voicelab.studio import GenerationService
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--code", default="")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--phase", type=int, default=30, help="requests per phase")
+    parser.add_argument("--backend-options", default="decode_slots=16")
+    parser.add_argument("--no-scores", action="store_true", help="no similarity or pitch of the outputs")
+    args = parser.parse_args(argv)
+    settings = Settings(backend="cosyvoice", cosyvoice_dir=args.model_dir, cosyvoice_code=args.code,
+                        device=args.device, job_timeout_s=600, backend_options=args.backend_options)  # fmt: skip
+    core = EngineCore(settings)
+    if args.no_scores:
+        core.voice.scores_many = lambda finished, rate: [None] * len(finished)  # type: ignore[method-assign]
+        core.voice.scores = lambda *_args, **_kwargs: None  # type: ignore[method-assign]
+    client = InprocClient(settings, core)
+    service = GenerationService(client, None, settings)
+    jobs = workload(3 * args.phase + 10, 200, Path(tempfile.mkdtemp()))
+
+    def generate(job: Any) -> None:
+        service.generate(_request(job, stream=False))
+
+    for job in jobs[:10]:
+        generate(job)
+    tracemalloc.start(8)
+    for name, items in phases(jobs, args.phase).items():
+        _phase(name, items, generate)
+    client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
