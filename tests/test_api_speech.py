@@ -8,8 +8,9 @@ import base64
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -167,15 +168,16 @@ def test_a_full_queue_answers_429_with_retry_after(server: LiveServer) -> None:
         response = httpx.post(f"{server.url}/v1/audio/speech", json={"input": long_text}, timeout=60)
         answers.append(response.status_code)
 
+    def wait_for(ready: Callable[[dict[str, Any]], bool]) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not ready(httpx.get(f"{server.url}/health").json()):
+            time.sleep(0.05)
+
     threads = [threading.Thread(target=run) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # one job on the device, one waiting: the queue (size 1) is full
-        health = httpx.get(f"{server.url}/health").json()
-        if health["in_flight"] and health["queue_length"] == 1:
-            break
-        time.sleep(0.05)
+    threads[0].start()
+    wait_for(lambda health: bool(health["in_flight"]))  # sent together, the second could find the first queued
+    threads[1].start()
+    wait_for(lambda health: bool(health["in_flight"]) and health["queue_length"] == 1)  # the queue (size 1) is full
     refused = httpx.post(f"{server.url}/v1/audio/speech", json={"input": "One more."}, timeout=30)
     for thread in threads:
         thread.join(60)

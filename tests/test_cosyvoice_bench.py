@@ -80,8 +80,8 @@ def test_streamed_requests_have_the_named_length_half_in_the_cached_voice_and_rt
 def test_first_audio_timeline_reads_each_stage_once_and_counts_the_tokens_before_the_flow() -> None:
     from voicelab.bench.cosyvoice_first_audio import timeline
 
-    marks = [("token", 0.022), ("token", 0.025), ("token", 0.028), ("flow+", 0.030), ("token", 0.031),
-             ("flow-", 0.160), ("vocoder+", 0.161), ("vocoder-", 0.190), ("flow+", 0.300), ("flow-", 0.400)]  # fmt: skip
+    marks = [("token", 0.022), ("token", 0.025), ("token", 0.028), ("flow+", 0.030), ("token", 0.031)]
+    marks += [("flow-", 0.160), ("vocoder+", 0.161), ("vocoder-", 0.190), ("flow+", 0.300), ("flow-", 0.400)]
     line = timeline(marks, 0.0, 0.192)
     assert line.tokens_by_flow == 3 and round(line.first_token_ms) == 22 and round(line.token_gap_ms) == 3
     assert [round(v) for v in (*line.flow_ms, *line.vocoder_ms, line.first_audio_ms)] == [30, 160, 161, 190, 192]

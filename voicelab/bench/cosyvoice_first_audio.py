@@ -14,6 +14,7 @@ sampling. The first run includes one-off warm-up; read the others. No engine, no
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -50,7 +51,7 @@ def timeline(marks: list[tuple[str, float]], start: float, first_audio: float) -
     tokens = [t for name, t in marks if name == "token"]
     first = {name: t for name, t in reversed(marks) if name != "token"}  # each stage's first occurrence
     flow_start = first.get("flow+", first_audio)
-    gaps = [1000 * (b - a) for a, b in zip(tokens, tokens[1:], strict=False)] or [0.0]
+    gaps = [1000 * (b - a) for a, b in itertools.pairwise(tokens)] or [0.0]
     return Timeline(
         first_token_ms=ms(tokens[0]) if tokens else -1.0,
         tokens_by_flow=sum(1 for t in tokens if t <= flow_start),
