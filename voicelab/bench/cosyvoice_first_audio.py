@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         chunks = runtime.run(inputs, True, 1.0, seed=run)
         next(chunks)
         first_audio = time.perf_counter()
-        chunks.close()
+        getattr(chunks, "close", lambda: None)()  # stops the request's thread, drops its entries
         print(f"run {run}: {len(sentence)} characters; " + timeline(list(marks), start, first_audio).line(), flush=True)
     for line in _step_times(runtime, args.slots, sync):
         print(line)
