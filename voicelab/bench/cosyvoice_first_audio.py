@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
-PROMPT = DATA / "arctic_slt_en_female.wav"
+from voicelab.bench.soak import CORPUS, DEFAULT_PROMPTS
+
+PROMPT = DEFAULT_PROMPTS / "arctic_slt_en_female.wav"
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
     from voicelab.backends.cosyvoice.modes import plan_mode
     from voicelab.backends.cosyvoice.upstream import load_runtime
-    from voicelab.bench.soak import CORPUS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", type=Path, required=True)

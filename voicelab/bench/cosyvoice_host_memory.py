@@ -42,11 +42,11 @@ def _phase(name: str, items: list[Any], generate: Any) -> None:
     for job in items:
         generate(job)
     gc.collect()
-    grown, after = process_rss() - rss, tracemalloc.take_snapshot()
+    rss_after, after = process_rss(), tracemalloc.take_snapshot()
     traced = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
     print(
         f"{name}: {len(items)} requests in {time.perf_counter() - started:.0f} s; RSS {rss / MIB:.1f} -> "
-        f"{(rss + grown) / MIB:.1f} MiB ({grown / MIB / max(len(items), 1):+.2f} MiB per call); Python "
+        f"{rss_after / MIB:.1f} MiB ({(rss_after - rss) / MIB / max(len(items), 1):+.2f} MiB per call); Python "
         f"{traced / MIB:+.2f} MiB; glibc free {(free_heap_bytes() or 0) / MIB:.0f} MiB",
         flush=True,
     )

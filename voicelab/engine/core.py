@@ -118,8 +118,8 @@ class EngineCore:
         self._device_leak: str | None = None
         self._last_auto_clean: AllocatorStats | None = None  # what the last automatic clean left
         self.hygiene = memory.HygienePolicy(
-            settings.auto_clean, settings.auto_clean_cached_share, int(settings.auto_clean_cached_mib * 2**20),
-            fragmentation=settings.auto_clean_fragmentation,
+            enabled=settings.auto_clean, cached_share=settings.auto_clean_cached_share,
+            cached_bytes=int(settings.auto_clean_cached_mib * 2**20), fragmentation=settings.auto_clean_fragmentation,
         )  # fmt: skip
 
     def ready_message(self) -> WorkerReady:

@@ -224,5 +224,6 @@ def install_flow_graphs(flow: Any) -> GraphedEstimator | None:
     graphed = GraphedEstimator(estimator)
     decoder.estimator = graphed
     kept = graphed.capture_all(int(getattr(flow, "output_size", 80)))
-    log.info("flow estimator: %d of %d length buckets on CUDA graphs", kept, len(graphed.buckets))
+    log.info("flow estimator: %d of %d graphs kept (length buckets x whole/streamed)", kept,
+             len(graphed.buckets) * len(graphed.modes))  # fmt: skip
     return graphed
