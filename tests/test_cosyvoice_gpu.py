@@ -170,8 +170,8 @@ def test_flow_estimator_graphs_equal_eager_and_are_kept_only_where_faster(
 ) -> None:
     """The flow's estimator behind bucketed CUDA graphs, every bucket captured at load, whole and streamed (chunk
     masks): same frames as eager at lengths inside buckets, a report per bucket and mode (kept only where faster);
-    the device's random draws still work
-    after the captures; Clean cache's release drops them and ``capture_all`` restores. Padded to its bucket a call
+    the device's random draws still work after the captures; Clean cache's release drops them and ``capture_all``
+    restores. Padded to its bucket a call
     runs other convolution algorithms, in TF32 (cuDNN's default): on the H200 the frames differed from eager by
     1.4e-3 of their scale, so 5e-3 here; a padding that leaked into the frames would differ by far more."""
     _skip_without_gpu_or_install()
@@ -212,7 +212,7 @@ def test_flow_estimator_graphs_equal_eager_and_are_kept_only_where_faster(
     runtime.close()
 
 
-def test_our_speech_loop_gives_upstreams_tts_audio_without_its_polling(
+def test_our_speech_loop_gives_upstreams_tts_audio(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """``speech_loop.speak`` against upstream's own ``CosyVoice2Model.tts`` on one loaded model, same inputs and
