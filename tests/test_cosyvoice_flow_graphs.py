@@ -92,3 +92,25 @@ def test_the_quiet_gate_runs_its_task_only_when_no_request_runs() -> None:
     with gate.request(lambda: ran.append("alone again")):
         pass
     assert ran == ["alone", "alone again"]
+
+
+def test_tf32_is_set_only_inside_the_block_and_a_wrong_option_is_one_sentence() -> None:
+    """The flow graphs are captured with TF32 matmuls (``flow_tf32``, on by default): the global flag is the
+    process's own again afterwards, even after an error, and anything but on/off is refused in one sentence."""
+    import pytest
+
+    from voicelab.backends.cosyvoice.backend import create
+    from voicelab.backends.cosyvoice.flow_graphs import matmul_tf32
+    from voicelab.errors import BackendLoadError
+    from voicelab.settings import Settings
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    with matmul_tf32(not before):
+        assert torch.backends.cuda.matmul.allow_tf32 is (not before)
+    assert torch.backends.cuda.matmul.allow_tf32 is before
+    with pytest.raises(KeyError), matmul_tf32(not before):
+        raise KeyError("a failed capture")
+    assert torch.backends.cuda.matmul.allow_tf32 is before
+    assert GraphedEstimator(ToyEstimator()).tf32 and not GraphedEstimator(ToyEstimator(), tf32=False).tf32
+    with pytest.raises(BackendLoadError, match=r"^CosyVoice backend option: flow_tf32 must be on or off, not 'yes'\.$"):
+        create(Settings(backend="cosyvoice", backend_options="flow_tf32=yes"))

@@ -226,18 +226,25 @@ def _joined(pieces: Iterator[np.ndarray]) -> np.ndarray:
 
 def create(settings: Settings) -> CosyVoiceBackend:
     """The registry's factory: ``--cosyvoice-dir`` (or ``--model-dir``) and ``--cosyvoice-code``."""
-    problem = preflight(settings)
-    if problem:
-        raise BackendLoadError(problem)
-    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,flow_graphs=on|off
+    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,flow_graphs=on|off,flow_tf32=on|off
         decode = DecodeChoice.parse(
             settings.backend_option("fast_decode", "auto"), settings.backend_option("decode_slots", "1")
         )
-        flow_graphs = settings.backend_option("flow_graphs", "on")
-        if flow_graphs not in ("on", "off"):
-            raise ValueError(f"flow_graphs must be on or off, not {flow_graphs!r}")
+        flow_graphs, flow_tf32 = (_on_off(settings, name) for name in ("flow_graphs", "flow_tf32"))
     except ValueError as exc:
         raise BackendLoadError(f"CosyVoice backend option: {exc}.") from exc
+    problem = preflight(settings)
+    if problem:
+        raise BackendLoadError(problem)
     model_dir = Path(model_dir_of(settings))
     config = CosyVoiceConfig(model_dir, settings.cosyvoice_code, settings.profile_cache_size, decode.slots)
-    return CosyVoiceBackend(config, functools.partial(load_runtime, decode=decode, flow_graphs=flow_graphs == "on"))
+    load = functools.partial(load_runtime, decode=decode, flow_graphs=flow_graphs, flow_tf32=flow_tf32)
+    return CosyVoiceBackend(config, load)
+
+
+def _on_off(settings: Settings, name: str) -> bool:
+    """A backend option that is ``on`` (the default) or ``off``; ``ValueError`` with one sentence otherwise."""
+    value = settings.backend_option(name, "on")
+    if value not in ("on", "off"):
+        raise ValueError(f"{name} must be on or off, not {value!r}")
+    return value == "on"

@@ -195,12 +195,14 @@ def load_runtime(
     token_cap: int | None,
     decode: DecodeChoice | None = None,
     flow_graphs: bool = True,
+    flow_tf32: bool = True,
 ) -> UpstreamRuntime:
     """Upstream's classes from the optional install (or ``code_dir``), built as its CosyVoice2/3 would build them,
     except: no download path, the Qwen body cast to an explicit dtype before the weights are read (transformers 5
     loads it in its config's dtype otherwise), our featurizer instead of file-reading prompt code, and the LLM's
     token loop on our fast decode path (``decode_setup.prepare_llm``: by default on CUDA) and, on CUDA, the flow's
-    estimator behind bucketed CUDA graphs (``flow_graphs.py``: each bucket kept only where faster and equal)."""
+    estimator behind bucketed CUDA graphs (``flow_graphs.py``: each bucket kept only where faster and equal; their
+    matmuls in TF32 where ``flow_tf32``)."""
     block_downloads()
     _add_code_dir(code_dir)
     version = model_version(model_dir)
@@ -236,7 +238,7 @@ def load_runtime(
     log.info("CosyVoice%d loaded from %s (%s, token cap %s)", version, model_dir, dtype, token_cap)
     runtime = UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
     runtime.decoder = decoder
-    runtime.flow_graphs = install_flow_graphs(model.flow) if flow_graphs else None
+    runtime.flow_graphs = install_flow_graphs(model.flow, flow_tf32) if flow_graphs else None
     _log_device_memory("flow graphs")
     if isinstance(decoder, DecodeBatcher):
         decoder.seed_source = runtime.watches.current_seed  # each request samples from its own seed
