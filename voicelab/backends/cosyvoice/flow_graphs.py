@@ -65,9 +65,7 @@ class _Bucket:
 class GraphedEstimator(torch.nn.Module):
     """``estimator`` (upstream's ``CausalConditionalDecoder`` or DiT) behind bucketed CUDA graphs on CUDA."""
 
-    def __init__(
-        self, estimator: torch.nn.Module, buckets: tuple[int, ...] = FRAME_BUCKETS, tf32: bool = True
-    ) -> None:
+    def __init__(self, estimator: torch.nn.Module, buckets: tuple[int, ...] = FRAME_BUCKETS, tf32: bool = True) -> None:
         super().__init__()
         self.estimator = estimator
         self.buckets = buckets
