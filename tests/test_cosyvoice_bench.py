@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from voicelab.bench.cosyvoice import MIB, goal_lines, short_jobs, summary, workload
 from voicelab.bench.cosyvoice_sides import stream_jobs
 
@@ -98,3 +100,29 @@ def test_host_memory_phases_repeat_one_request_then_vary_the_text_then_the_voice
     assert {job.prompt for job in texts} == {jobs[0].prompt} and len({job.text for job in texts}) > 8
     assert len(voices) == 12 and jobs[0].prompt not in {job.prompt for job in voices}
     assert len({job.prompt for job in voices}) == 12
+
+
+def test_stream_order_counts_only_the_cached_voice_and_runs_both_paths_and_orders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench cosyvoice_stream_order`` over the CPU test double of upstream: each path and order gets its counted
+    cached-voice streams (a new voice before each in the second order, never the cached one), and both the engine
+    in this process and the spawned worker answer."""
+    from voicelab.bench.cosyvoice_stream_order import ORDERS, main, streams
+
+    jobs = workload(16, 200, tmp_path)
+    interleaved = streams(jobs, 3, 200, after_new_voice=True)
+    assert [counted for _, counted in interleaved] == [False, True] * 3
+    assert all(job.prompt == jobs[0].prompt for job, counted in interleaved if counted)
+    assert len({job.prompt for job, counted in interleaved if not counted} - {jobs[0].prompt}) == 3
+    assert all(len(job.text) == 200 for job, _ in interleaved)
+    assert [counted for _, counted in streams(jobs, 3, 200, after_new_voice=False)] == [True] * 3
+    model_dir = tmp_path / "cosyvoice2"
+    model_dir.mkdir()
+    (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
+    options = ["--backend", "tests.fixture_cosyvoice_upstream:create", "--device", "cpu", "--requests", "2"]
+    assert main(["--model-dir", str(model_dir), *options, "--backend-options", "decode_slots=4"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "first audio" in line]
+    assert [line.split(":")[0] for line in lines] == [f"{path}, {order}" for path in ("inproc", "worker")
+                                                      for order in ORDERS]  # fmt: skip
+    assert all(line.count(" s; p50 ") == 1 for line in lines)

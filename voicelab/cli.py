@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "cosyvoice": "voicelab.bench.cosyvoice",
     "cosyvoice_first_audio": "voicelab.bench.cosyvoice_first_audio",  # a lone streamed request, stage by stage
     "cosyvoice_host_memory": "voicelab.bench.cosyvoice_host_memory",  # RSS per phase: one request, texts, voices
+    "cosyvoice_stream_order": "voicelab.bench.cosyvoice_stream_order",  # first audio: in-process vs worker, order
     "mandarin_rtf": "voicelab.bench.mandarin_rtf",  # the Mandarin voice: PyTorch vs the TFLite reference
     "throughput": "voicelab.bench.throughput",  # concurrent clients, micro-batched vs one job at a time
 }

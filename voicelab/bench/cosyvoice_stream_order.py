@@ -1,0 +1,108 @@
+"""Streamed first audio with a cached voice, by path and by what ran before: where ``bench cosyvoice``'s extra goes.
+
+    python -m voicelab bench cosyvoice_stream_order --model-dir DIR [--code DIR] [--requests 6] [--chars 200]
+        [--backend-options decode_slots=16] [--paths inproc,worker]
+
+On the H200 (session 9) the same cached voice and texts gave a first audio of 0.235 s (p50) through the engine in
+the caller's process, one stream after another, and 0.323 s in ``bench cosyvoice``'s streamed phase, which runs in
+the worker process and puts a new voice's request before each cached one. This bench separates the two causes:
+for each path (``inproc``: ``EngineCore`` behind ``InprocClient``; ``worker``: the spawned worker behind
+``EngineClient``) it runs ``--requests`` cached-voice streams back to back, then as many each preceded by a
+new-voice stream, and prints every first audio and the p50 of each cell. Texts and voices are ``bench cosyvoice``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from voicelab.bench.cosyvoice_sides import Job, _request
+
+ORDERS = ("back to back", "after a new voice")
+
+
+def streams(jobs: list[Job], count: int, chars: int, after_new_voice: bool) -> list[tuple[Job, bool]]:
+    """``count`` cached-voice streams (the first job's prompt) of ``chars``-character texts, each preceded by a
+    stream in another job's new voice where ``after_new_voice``; (job, whether its first audio is counted)."""
+    from voicelab.bench.soak import CORPUS
+
+    cached, order = jobs[0], []
+    others = [job for job in jobs[2:] if job.prompt != cached.prompt]  # jobs[1] is the warm-up's other voice
+    for index in range(count):
+        text = CORPUS[(97 * index) % (len(CORPUS) - chars) :][:chars].strip()
+        if after_new_voice:
+            new = others[index % len(others)]
+            order.append((replace(new, text=text, seed=1000 + index), False))
+        order.append((replace(cached, text=text, seed=index), True))
+    return order
+
+
+@contextmanager
+def _client(path: str, settings: Any) -> Iterator[Any]:
+    if path == "inproc":
+        from voicelab.engine.core import EngineCore
+        from voicelab.engine.inproc import InprocClient
+
+        client: Any = InprocClient(settings, EngineCore(settings))
+    else:
+        from voicelab.engine.client import EngineClient
+
+        client = EngineClient(settings)
+        client.wait_ready(timeout=900)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def measure(path: str, settings: Any, jobs: list[Job], count: int, chars: int,
+            say: Callable[[str], None] = print) -> dict[str, list[float]]:  # fmt: skip
+    """First audio (s) of each counted stream, per order, through one engine on ``path``."""
+    from voicelab.studio import GenerationService
+
+    cells: dict[str, list[float]] = {}
+    with _client(path, settings) as client:
+        service = GenerationService(client, None, settings)
+        for job in jobs[:2]:  # warm-up: the cached voice's features and one other voice
+            service.generate(_request(job, stream=True))
+        for order in ORDERS:
+            firsts = cells.setdefault(order, [])
+            for job, counted in streams(jobs, count, chars, order == ORDERS[1]):
+                result = service.generate(_request(job, stream=True)).first.result
+                if counted:
+                    firsts.append(result.first_audio_s)
+            say(f"{path}, {order}: first audio " + ", ".join(f"{s:.3f}" for s in firsts)
+                + f" s; p50 {statistics.median(firsts):.3f} s")  # fmt: skip
+    return cells
+
+
+def main(argv: list[str] | None = None) -> int:
+    from voicelab.bench.cosyvoice import workload
+    from voicelab.settings import Settings
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--code", default="")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--requests", type=int, default=6, help="counted streams per path and order")
+    parser.add_argument("--chars", type=int, default=200)
+    parser.add_argument("--backend-options", default="decode_slots=16")
+    parser.add_argument("--backend", default="cosyvoice", help="(tests: a test double's module:factory)")
+    parser.add_argument("--paths", default="inproc,worker")
+    args = parser.parse_args(argv)
+    settings = Settings(backend=args.backend, cosyvoice_dir=args.model_dir, cosyvoice_code=args.code,
+                        device=args.device, job_timeout_s=600, backend_options=args.backend_options)  # fmt: skip
+    jobs = workload(16, args.chars, Path(tempfile.mkdtemp()))  # 11 voices new to the cache
+    for path in args.paths.split(","):
+        measure(path, settings, jobs, args.requests, args.chars)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
