@@ -129,6 +129,43 @@ def test_leaving_early_closes_upstream_stops_its_thread_and_drops_its_dicts(tmp_
     assert model.tts_speech_token_dict == {} and model.llm_end_dict == {} and model.hift_cache_dict == {}
 
 
+def test_pooled_llm_threads_give_the_same_audio_reuse_their_threads_and_still_stop_early(tmp_path: Path) -> None:
+    """``PooledThreads`` (the host-memory bench's A/B) runs each ``llm_job`` on a reused thread: streamed and whole
+    requests give the samples the default new thread gives, no thread is started per request, and a caller that
+    leaves early still stops its token loop and drops its dicts."""
+    from voicelab.backends.cosyvoice.speech_loop import PooledThreads
+
+    text = "A sentence long enough for several streamed chunks of audio, really it is."
+    sides = {}
+    for name in ("new", "pooled"):
+        (tmp_path / name).mkdir()
+        b = backend(tmp_path / name)
+        assert b.runtime is not None
+        if name == "pooled":
+            b.runtime.llm_threads = PooledThreads(2)
+        threads: list[threading.Thread] = []
+        guarded = b.runtime.model.llm_job
+        b.runtime.model.llm_job = lambda *args, job=guarded, seen=threads: (
+            seen.append(threading.current_thread()), job(*args))[1]  # fmt: skip
+        sides[name] = [
+            np.concatenate([c.audio for c in b.synthesize(SpeechRequest(text, "en", prompt=prompt(), seed=3,
+                                                                         options={"stream": stream}))])
+            for stream in (1, 0, 1)
+        ]  # fmt: skip
+        assert len(threads) == 3 and len(set(threads)) == (1 if name == "pooled" else 3), name
+    for ours, theirs in zip(sides["pooled"], sides["new"], strict=True):
+        assert np.array_equal(ours, theirs)
+    model = model_of(b)
+    model.llm.token_delay_s = 0.002
+    chunks = cast(
+        Generator[AudioChunk, None, None], b.synthesize(SpeechRequest("x" * 200 + ".", "en", prompt=prompt()))
+    )
+    next(chunks)
+    chunks.close()
+    assert model.running_jobs == 0 and model.llm.emitted < 400
+    assert model.tts_speech_token_dict == {} and model.llm_end_dict == {} and model.hift_cache_dict == {}
+
+
 def test_requests_run_side_by_side_each_as_it_would_alone_and_a_failure_fails_only_its_own(tmp_path: Path) -> None:
     """The engine's micro-batch (``synthesize_batch``): streams at once keep their own hop length, chunks and
     dicts; one request's error in upstream's thread reaches that request only."""

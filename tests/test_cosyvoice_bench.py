@@ -126,3 +126,19 @@ def test_stream_order_counts_only_the_cached_voice_and_runs_both_paths_and_order
     assert [line.split(":")[0] for line in lines] == [f"{path}, {order}" for path in ("inproc", "worker")
                                                       for order in ORDERS]  # fmt: skip
     assert all(line.count(" s; p50 ") == 1 for line in lines)
+
+
+def test_host_memory_bench_runs_its_phases_with_pooled_llm_threads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench cosyvoice_host_memory --llm-threads pooled`` over the CPU test double: the runtime's ``llm_job``
+    runs on the pool, and each phase prints its RSS line."""
+    from voicelab.bench.cosyvoice_host_memory import main
+
+    model_dir = tmp_path / "cosyvoice2"
+    model_dir.mkdir()
+    (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
+    options = ["--backend", "tests.fixture_cosyvoice_upstream:create", "--device", "cpu", "--phase", "2"]
+    assert main(["--model-dir", str(model_dir), *options, "--llm-threads", "pooled", "--no-scores"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "MiB per call" in line]
+    assert [line.split(":")[0] for line in lines] == ["same request", "new texts, one voice", "new prompts"]

@@ -7,6 +7,10 @@ requests after a warm-up of ten, in three phases: the same request again and aga
 in one voice (caches per text length), new prompts (state per voice). Each phase prints its RSS growth per call,
 what tracemalloc saw Python allocate (the rest is native) and the largest Python growth by traceback.
 ``--no-scores`` skips the similarity score and pitch of each output (upstream's process does neither): an A/B.
+``--llm-threads pooled`` runs each request's ``llm_job`` on reused threads instead of a new thread per request
+(``speech_loop.PooledThreads``): the next A/B, since neither the scores nor the flow graphs were the cause on the
+H200 (session 9) and the identical request grew ~1 MiB per call there. Backend settings (``fast_decode=off``: upstream's
+own token loop; ``decode_slots=1``: no batcher thread) go through ``--backend-options``.
 """
 
 from __future__ import annotations
@@ -71,13 +75,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase", type=int, default=30, help="requests per phase")
     parser.add_argument("--backend-options", default="decode_slots=16")
     parser.add_argument("--no-scores", action="store_true", help="no similarity or pitch of the outputs")
+    parser.add_argument("--llm-threads", choices=("new", "pooled"), default="new", help="per request, or reused")
+    parser.add_argument("--backend", default="cosyvoice", help="(tests: a test double's module:factory)")
     args = parser.parse_args(argv)
-    settings = Settings(backend="cosyvoice", cosyvoice_dir=args.model_dir, cosyvoice_code=args.code,
+    settings = Settings(backend=args.backend, cosyvoice_dir=args.model_dir, cosyvoice_code=args.code,
                         device=args.device, job_timeout_s=600, backend_options=args.backend_options)  # fmt: skip
     core = EngineCore(settings)
     if args.no_scores:
         core.voice.scores_many = lambda finished, rate: [None] * len(finished)  # type: ignore[method-assign]
         core.voice.scores = lambda *_args, **_kwargs: None  # type: ignore[method-assign]
+    if args.llm_threads == "pooled":  # the core has loaded the backend
+        from voicelab.backends.cosyvoice.speech_loop import PooledThreads
+
+        core.backend.runtime.llm_threads = PooledThreads(16)  # type: ignore[attr-defined]
     client = InprocClient(settings, core)
     service = GenerationService(client, None, settings)
     jobs = workload(3 * args.phase + 10, 200, Path(tempfile.mkdtemp()))

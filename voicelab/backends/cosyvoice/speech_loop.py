@@ -16,9 +16,10 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -53,15 +54,64 @@ class Hops:
         return math.ceil(prompt_tokens / self.first) * self.first - prompt_tokens
 
 
+class LlmThread(Protocol):
+    """A started ``llm_job``: joined when the request ends, asked whether it still runs when it would not stop."""
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def is_alive(self) -> bool: ...
+
+
+ThreadStarter = Callable[[Callable[..., None], tuple[Any, ...]], LlmThread]
+
+
+def new_thread(target: Callable[..., None], args: tuple[Any, ...]) -> LlmThread:
+    """Upstream's way, and the default: a new thread for each request's ``llm_job``."""
+    thread = threading.Thread(target=target, args=args, name="cosyvoice-llm", daemon=True)
+    thread.start()
+    return thread
+
+
+class _PooledJob:
+    def __init__(self, future: Future[None]) -> None:
+        self.future = future
+
+    def join(self, timeout: float | None = None) -> None:
+        wait([self.future], timeout=timeout)
+
+    def is_alive(self) -> bool:
+        return not self.future.done()
+
+
+class PooledThreads:
+    """``llm_job`` on a fixed set of reused threads instead of a new one per request: the A/B of
+    ``bench cosyvoice_host_memory --llm-threads pooled`` (PyTorch keeps native state per thread that a process
+    starting a thread per request may pile up, pytorch/pytorch#64412; not measured on a GPU yet). ``workers``
+    bounds the requests whose token loops run at once; a request beyond waits for a thread."""
+
+    def __init__(self, workers: int) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cosyvoice-llm")
+
+    def __call__(self, target: Callable[..., None], args: tuple[Any, ...]) -> LlmThread:
+        return _PooledJob(self.pool.submit(target, *args))
+
+
 def _empty(*shape: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
     return torch.zeros(*shape, dtype=dtype)
 
 
 def speak(
-    model: Any, inputs: dict[str, torch.Tensor], watch: LlmWatch, hops: Hops, stream: bool, speed: float = 1.0
+    model: Any,
+    inputs: dict[str, torch.Tensor],
+    watch: LlmWatch,
+    hops: Hops,
+    stream: bool,
+    speed: float = 1.0,
+    start: ThreadStarter = new_thread,
 ) -> Iterator[torch.Tensor]:
-    """Upstream's audio for one request (``inputs``: ``tts``'s keyword arguments), chunk by chunk when ``stream``.
-    However the caller leaves, the thread is stopped and the request's per-request entries are dropped."""
+    """Upstream's audio for one request (``inputs``: ``tts``'s keyword arguments), chunk by chunk when ``stream``;
+    ``start`` runs its ``llm_job``. However the caller leaves, the thread is stopped and the request's per-request
+    entries are dropped."""
     key = watch.request_id
     with model.lock:
         model.tts_speech_token_dict[key], model.llm_end_dict[key], model.hift_cache_dict[key] = [], False, None
@@ -69,8 +119,7 @@ def speak(
     prompt_token = inputs.get("llm_prompt_speech_token", _empty(1, 0))
     embedding = inputs.get("llm_embedding", _empty(0, 192, dtype=torch.float32))
     args = (inputs["text"], prompt_text, prompt_token, embedding, key)
-    job = threading.Thread(target=model.llm_job, args=args, name="cosyvoice-llm", daemon=True)
-    job.start()
+    job = start(model.llm_job, args)
     finished = False
     try:
         if stream:
@@ -85,7 +134,7 @@ def speak(
 
 
 def _streamed(
-    model: Any, inputs: dict[str, torch.Tensor], watch: LlmWatch, hops: Hops, job: threading.Thread
+    model: Any, inputs: dict[str, torch.Tensor], watch: LlmWatch, hops: Hops, job: LlmThread
 ) -> Iterator[torch.Tensor]:
     key = watch.request_id
     tokens: list[int] = model.tts_speech_token_dict[key]  # llm_job appends to this very list
@@ -135,7 +184,7 @@ def _token2wav(
     return speech.cpu()
 
 
-def _end(model: Any, watch: LlmWatch, job: threading.Thread, finished: bool) -> None:
+def _end(model: Any, watch: LlmWatch, job: LlmThread, finished: bool) -> None:
     if not finished:
         watch.cancel.set()  # the token loop stops at its next token
     job.join(timeout=STOP_WAIT_S)

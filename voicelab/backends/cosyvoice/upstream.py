@@ -27,7 +27,7 @@ from voicelab.backends.cosyvoice.features import SpeakerEntry, UpstreamFeaturize
 from voicelab.backends.cosyvoice.flow_graphs import GraphedEstimator, install_flow_graphs
 from voicelab.backends.cosyvoice.modes import Mode, ModePlan
 from voicelab.backends.cosyvoice.request_watch import LlmWatch, QuietGate, RequestWatches, install_guards
-from voicelab.backends.cosyvoice.speech_loop import Hops, speak
+from voicelab.backends.cosyvoice.speech_loop import Hops, ThreadStarter, new_thread, speak
 from voicelab.errors import BackendLoadError, VoiceLabError
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ class UpstreamRuntime:
         self.decoder: Any = None  # our fast decode path (``decode_setup.prepare_llm``), closed with the runtime
         self.flow_graphs: GraphedEstimator | None = None  # the flow estimator's CUDA graphs (``flow_graphs.py``)
         self.hops = Hops.of(model)  # read before anything runs: upstream's own tts grows the hop on the instance
+        self.llm_threads: ThreadStarter = new_thread  # how each request's llm_job runs (``speech_loop``)
         install_guards(model, self.watches, token_cap)
 
     def normalize(self, text: str) -> list[str]:
@@ -131,7 +132,7 @@ class UpstreamRuntime:
     def _outputs(self, model_input: dict[str, torch.Tensor], watch: LlmWatch, stream: bool, speed: float
                  ) -> Iterator[np.ndarray]:  # fmt: skip
         try:
-            for output in speak(self.model, model_input, watch, self.hops, stream, speed):
+            for output in speak(self.model, model_input, watch, self.hops, stream, speed, self.llm_threads):
                 watch.raise_if_failed()
                 yield output.reshape(-1).float().numpy()
             watch.raise_if_failed()
