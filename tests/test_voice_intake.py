@@ -155,3 +155,41 @@ def test_a_prompt_long_with_pauses_is_cut_to_the_same_30_s_rule() -> None:
     prompt = load_prompt(buffer.getvalue())
     assert prompt.duration_s <= 30.0 + 1e-6
     assert prompt.notices == ("The voice prompt is longer than 30 s; only the first 30 s were used.",)
+
+
+def test_the_intake_cache_decodes_a_clip_once_whatever_its_path_or_transcript(tmp_path: Path) -> None:
+    """``PromptIntake`` (the service's and the saved voices'): the same bytes again, by another path or as bytes,
+    with another transcript, give the first intake's samples (read-only, shared) with the caller's transcript;
+    other bytes are a new entry; past the capacity the oldest is evicted."""
+    from voicelab.voice.intake import PromptIntake
+
+    intake = PromptIntake(capacity=2)
+    path = DATA / "arctic_awb_en_male.wav"
+    copy = tmp_path / "copy.wav"
+    copy.write_bytes(path.read_bytes())
+    first = intake.load(path, "one")
+    again = intake.load(copy, "two")
+    assert again.samples is first.samples and again.sha256 == first.sha256 == load_prompt(path).sha256
+    assert (first.transcript, again.transcript, intake.load(path.read_bytes()).transcript) == ("one", "two", "")
+    assert intake.cache.hits == 2 and intake.cache.misses == 1
+    with pytest.raises(ValueError, match="read-only"):
+        first.samples[0] = 1.0
+    np.testing.assert_array_equal(first.samples, load_prompt(path).samples)
+    intake.load(DATA / "arctic_slt_en_female.wav")
+    intake.load(DATA / "librivox_en_male.wav")
+    assert intake.cache.evictions == 1 and len(intake.cache) == 2
+
+
+def test_the_intake_cache_refuses_a_bad_clip_every_time_and_keeps_the_size_limit(tmp_path: Path) -> None:
+    from voicelab.voice.intake import PromptIntake
+
+    intake = PromptIntake()
+    silent = _encode(np.zeros(32000, np.float32), 16000)
+    for _ in range(2):
+        with pytest.raises(InvalidPromptError, match=r"^The voice prompt is silent; please record someone speaking\.$"):
+            intake.load(silent)
+    assert len(intake.cache) == 0
+    with pytest.raises(InvalidPromptError, match="larger than"):
+        intake.load(DATA / "arctic_awb_en_male.wav", max_bytes=1024)
+    with pytest.raises(InvalidPromptError, match="could not be found"):
+        intake.load(tmp_path / "nothing.wav")

