@@ -85,7 +85,7 @@ class PromptIntake:
     upload in the Clone tab, a saved voice through the API) is decoded, filtered, trimmed and checked once. On the
     2-core development CPU the intake took 10 ms for a 3 s clip and 43 ms for a 13 s one, reading and hashing the
     bytes 0.1-0.4 ms: time every clone request spent before it was queued. A refused clip is not kept (it is
-    refused again, with the same sentence). Each caller gets its own copy of the samples, so none can change another's."""
+    refused again, with the same sentence). Each caller gets its own copy of the samples: none can change another's."""
 
     def __init__(self, capacity: int = 8) -> None:
         self.cache: BoundedLRU[PromptAudio] = BoundedLRU(capacity)
