@@ -1,7 +1,7 @@
 """Streamed first audio with a cached voice, by path and by what ran before: where ``bench cosyvoice``'s extra goes.
 
     python -m voicelab bench cosyvoice_stream_order --model-dir DIR [--code DIR] [--requests 6] [--chars 200]
-        [--backend-options decode_slots=16] [--paths inproc,worker]
+        [--backend-options decode_slots=16] [--paths inproc,worker] [--auto-clean on|off]
 
 On the H200 (session 9) the same cached voice and texts gave a first audio of 0.235 s (p50) through the engine in
 the caller's process, one stream after another, and 0.323 s in ``bench cosyvoice``'s streamed phase, which runs in
@@ -9,6 +9,8 @@ the worker process and puts a new voice's request before each cached one. This b
 for each path (``inproc``: ``EngineCore`` behind ``InprocClient``; ``worker``: the spawned worker behind
 ``EngineClient``) it runs ``--requests`` cached-voice streams back to back, then as many each preceded by a
 new-voice stream, and prints every first audio and the p50 of each cell. Texts and voices are ``bench cosyvoice``'s.
+``--auto-clean off`` is the third suspect's A/B: a new voice's request may leave enough cached memory for the clean
+between jobs to run, and the next request then maps its memory afresh.
 """
 
 from __future__ import annotations
@@ -95,9 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend-options", default="decode_slots=16")
     parser.add_argument("--backend", default="cosyvoice", help="(tests: a test double's module:factory)")
     parser.add_argument("--paths", default="inproc,worker")
+    parser.add_argument("--auto-clean", choices=("on", "off"), default="on", help="the clean between jobs (A/B)")
     args = parser.parse_args(argv)
     settings = Settings(backend=args.backend, cosyvoice_dir=args.model_dir, cosyvoice_code=args.code,
-                        device=args.device, job_timeout_s=600, backend_options=args.backend_options)  # fmt: skip
+                        device=args.device, job_timeout_s=600, backend_options=args.backend_options,
+                        auto_clean=args.auto_clean == "on")  # fmt: skip
     jobs = workload(16, args.chars, Path(tempfile.mkdtemp()))  # 11 voices new to the cache
     for path in args.paths.split(","):
         measure(path, settings, jobs, args.requests, args.chars)
