@@ -140,3 +140,19 @@ def test_chinese_text_is_spoken_by_the_mandarin_voice(tmp_path: Path) -> None:
     run = synth(tmp_path / "zh.wav", "--text", text, "--seed", "1")
     assert run.line["language"] == "zh"
     assert 0.15 * 15 <= run.line["duration_s"] <= 0.40 * 15
+
+
+def test_app_help_explains_every_flag_with_its_default_and_variable() -> None:
+    """``python app.py --help``: every setting is a flag with a sentence, its default and its VOICELAB_ variable;
+    the CosyVoice backend options, TF32 included, are named."""
+    from dataclasses import fields
+
+    from voicelab.settings import HELP, Settings
+
+    assert set(HELP) == {f.name for f in fields(Settings)}
+    run = subprocess.run([sys.executable, "app.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    text = " ".join(run.stdout.split())
+    for f in fields(Settings):
+        assert "--" + f.name.replace("_", "-") in text and f"VOICELAB_{f.name.upper()}" in text
+    assert "default 7860" in text and "flow_tf32=on|off" in text and "non-commercial" in text

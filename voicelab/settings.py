@@ -97,11 +97,58 @@ def from_environment(base: Settings | None = None, environ: dict[str, str] | Non
     return replace(base, **changes)
 
 
+# What ``--help`` says of each flag (the README's configuration table says more).
+HELP = {
+    "host": "address to listen on; keep 127.0.0.1 unless --auth is set",
+    "port": "port to listen on",
+    "backend": "builtin (English + Chinese), piper, mandarin, cosyvoice (optional install) or module:factory",
+    "voice_path": "another Piper voice .onnx (its .onnx.json beside it)",
+    "model_dir": "a model directory, for backends that load one",
+    "cosyvoice_dir": "--backend cosyvoice: a CosyVoice2/3 model directory (weights or a random_model output)",
+    "cosyvoice_code": "--backend cosyvoice: a checkout of FunAudioLLM/CosyVoice (upstream's inference code)",
+    "backend_options": "name=value,... read by the backend; CosyVoice: fast_decode=auto|on|off, decode_slots=N, "
+    "flow_graphs=on|off, flow_tf32=on|off",
+    "device": "auto, cpu or cuda[:N] for the worker",
+    "devices": "cuda:0,cuda:1,...: one worker process per device behind one queue",
+    "dtype": "float32, bfloat16 or float16",
+    "queue_size": "waiting jobs before the studio answers busy (HTTP 429)",
+    "job_timeout_s": "a job running longer is stopped and its worker replaced",
+    "max_text_chars": "longest text accepted",
+    "profile_cache_size": "speaker profiles kept (least recently used evicted)",
+    "voice_renderer": "voice matching and styles: torch (the worker's device), world (CPU) or auto (= world)",
+    "outputs_dir": "History, saved voices and Gradio's uploads; the only folder the studio serves",
+    "auth": "user:password[,user2:password2]: login for the UI, API key for /v1 and /metrics",
+    "history_admins": "comma-separated logins that see and may delete every login's History",
+    "upload_cache_max_age_min": "uploaded files older than this are removed",
+    "upload_cache_max_mb": "past this size the oldest uploaded files are removed",
+    "max_upload_mb": "upload limit for voice prompts",
+    "auto_clean": "clean the allocator cache between jobs when the rules below say so",
+    "auto_clean_cached_share": "... when cached free memory exceeds this share of the device",
+    "auto_clean_cached_mib": "... or exceeds this many MiB",
+    "auto_clean_fragmentation": "... or fragmentation exceeds this",
+    "idle_offload_minutes": "drop an idle model from the device after this many minutes (0: never)",
+    "leak_warn_mib": "allocated growth after warm-up that raises a warning on the panel",
+    "rss_warn_mib": "worker RSS growth after warm-up that raises a warning on the panel",
+    "torch_threads": "CPU threads for the worker (0: PyTorch's default)",
+    "worker_wait_s": "how long a queued job waits for a healthy worker before it fails",
+    "start_retries": "further tries, with backoff, when a new worker dies while starting",
+    "batch_window_ms": "how long the oldest job waits for others to share its device batch (0: no batching)",
+    "batch_max_jobs": "jobs per device batch",
+    "batch_memory_mib": "a device batch's summed memory estimate",
+    "cuda_graphs": "CUDA graphs of the Piper voice's stages, kept where faster",
+    "cuda_graph_mib": "capturing stops once the graphs' memory pool has grown by this much",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for every scalar setting, e.g. ``--queue-size 8``; defaults come from the environment."""
+    defaults = Settings()
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
-        parser.add_argument(flag, dest=f.name, default=None, type=functools.partial(_coerce, f.type))
+        default = getattr(defaults, f.name)
+        shown = f"; default {default}" if default not in ("", None) else ""
+        text = f"{HELP[f.name]}{shown} (env VOICELAB_{f.name.upper()})".replace("%", "%%")
+        parser.add_argument(flag, dest=f.name, default=None, type=functools.partial(_coerce, f.type), help=text)
 
 
 def from_arguments(namespace: argparse.Namespace, base: Settings | None = None) -> Settings:
