@@ -156,3 +156,23 @@ def test_app_help_explains_every_flag_with_its_default_and_variable() -> None:
     for f in fields(Settings):
         assert "--" + f.name.replace("_", "-") in text and f"VOICELAB_{f.name.upper()}" in text
     assert "default 7860" in text and "flow_tf32=on|off" in text and "non-commercial" in text
+
+
+def test_synth_takes_the_backends_load_options_and_says_so_in_its_help(tmp_path: Path) -> None:
+    """``synth --backend-options`` reaches the backend's factory like the studio's flag: the CPU test double of
+    CosyVoice refuses a decode_slots that is not a number, and that error, not a traceback, is what the user sees."""
+    help_text = subprocess.run([sys.executable, "-m", "voicelab", "synth", "--help"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=120).stdout  # fmt: skip
+    assert "--backend-options" in help_text and "flow_tf32=on|off" in " ".join(help_text.split())
+    model_dir = tmp_path / "cosyvoice2"
+    model_dir.mkdir()
+    (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
+    common = ["-m", "voicelab", "synth", "--text", "Say this.", "--device", "cpu", "--cosyvoice-dir", str(model_dir),
+              "--backend", "tests.fixture_cosyvoice_upstream:create", "--prompt", str(PROMPT_CLIP)]  # fmt: skip
+    ok = subprocess.run([sys.executable, *common, "--out", str(tmp_path / "a.wav"), "--backend-options",
+                         "decode_slots=2"], cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run([sys.executable, *common, "--out", str(tmp_path / "b.wav"), "--backend-options",
+                          "decode_slots=two"], cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)  # fmt: skip
+    assert bad.returncode == 2 and not (tmp_path / "b.wav").exists()
+    assert bad.stderr.strip().count("\n") == 0 and "'two'" in bad.stderr and "Traceback" not in bad.stderr

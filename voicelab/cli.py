@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from voicelab.errors import VoiceLabError
+from voicelab.settings import HELP
 
 log = logging.getLogger(__name__)
 
@@ -40,23 +41,26 @@ EVALUATIONS: dict[str, str] = {
 
 def _synth_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("synth", help="synthesise text to a WAV file and print one JSON line")
-    p.add_argument("--text", required=True)
-    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--text", required=True, help="what to say (English and/or Chinese)")
+    p.add_argument("--out", required=True, type=Path, help="the WAV file to write")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument(
-        "--backend", default="builtin", help="builtin (English + Chinese), piper, mandarin or module:factory"
+        "--backend",
+        default="builtin",
+        help="builtin (English + Chinese), piper, mandarin, cosyvoice (optional install) or module:factory",
     )
     p.add_argument("--voice", default="", help="path to a Piper voice .onnx (default: built-in en_US-joe-medium)")
     p.add_argument("--cosyvoice-dir", default="", help="cosyvoice: the model directory")
     p.add_argument("--cosyvoice-code", default="", help="cosyvoice: an upstream checkout (needed for CosyVoice3)")
+    p.add_argument("--backend-options", default="", metavar="NAME=VALUE,...", help=HELP["backend_options"])
     p.add_argument("--language", default="auto", help="auto (by script), en or zh")
     p.add_argument("--speed", type=float, default=1.0, help="speaking-rate multiplier (0.25-4)")
     p.add_argument(
         "--option", action="append", default=[], metavar="NAME=VALUE", help="a backend option, e.g. noise_scale=0.5"
     )
-    p.add_argument("--sentence-silence", type=float, default=0.2)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--sentence-silence", type=float, default=0.2, help="seconds of silence between sentences")
+    p.add_argument("--seed", type=int, help="the same seed gives the same audio")
     p.add_argument("--prompt", type=Path, help="voice prompt clip to clone (wav, flac, ogg, mp3)")
     p.add_argument("--prompt-text", default="", help="optional transcript of the prompt clip")
     p.add_argument("--instruct", default="", help='style instruction, e.g. "slowly, in a warm low voice"')
@@ -91,6 +95,7 @@ def _run_synth(args: argparse.Namespace) -> int:
         voice_path=args.voice,
         cosyvoice_dir=args.cosyvoice_dir or base.cosyvoice_dir,
         cosyvoice_code=args.cosyvoice_code or base.cosyvoice_code,
+        backend_options=args.backend_options or base.backend_options,
     )
     problem = preflight(settings)
     if problem:
