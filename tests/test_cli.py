@@ -169,10 +169,13 @@ def test_synth_takes_the_backends_load_options_and_says_so_in_its_help(tmp_path:
     (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
     common = ["-m", "voicelab", "synth", "--text", "Say this.", "--device", "cpu", "--cosyvoice-dir", str(model_dir),
               "--backend", "tests.fixture_cosyvoice_upstream:create", "--prompt", str(PROMPT_CLIP)]  # fmt: skip
-    ok = subprocess.run([sys.executable, *common, "--out", str(tmp_path / "a.wav"), "--backend-options",
-                         "decode_slots=2"], cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)  # fmt: skip
+
+    def synth(out: str, options: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, *common, "--out", str(tmp_path / out), "--backend-options", options]
+        return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+    ok = synth("a.wav", "decode_slots=2")
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run([sys.executable, *common, "--out", str(tmp_path / "b.wav"), "--backend-options",
-                          "decode_slots=two"], cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)  # fmt: skip
+    bad = synth("b.wav", "decode_slots=two")
     assert bad.returncode == 2 and not (tmp_path / "b.wav").exists()
     assert bad.stderr.strip().count("\n") == 0 and "'two'" in bad.stderr and "Traceback" not in bad.stderr
