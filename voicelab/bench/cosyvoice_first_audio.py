@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voicelab.bench.soak import CORPUS, DEFAULT_PROMPTS
+from voicelab.bench.cosyvoice_sides import corpus_cut
+from voicelab.bench.soak import DEFAULT_PROMPTS
 
 PROMPT = DEFAULT_PROMPTS / "arctic_slt_en_female.wav"
 
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     marks: list[tuple[str, float]] = []
     _instrument(runtime, marks, sync)
     for run in range(args.runs):
-        sentence = runtime.normalize(CORPUS[(97 * run) % (len(CORPUS) - 200) :][:200].strip())[0]
+        sentence = runtime.normalize(corpus_cut(run, 200))[0]
         start = time.perf_counter()
         inputs = runtime.inputs(plan, sentence, entry)
         marks.clear()

@@ -137,18 +137,24 @@ def _request(job: Job, stream: bool) -> Any:
     )  # fmt: skip
 
 
+def corpus_cut(index: int, chars: int) -> str:
+    """The ``index``-th text of ``chars`` characters cut from the soak's corpus (97 characters apart): the streamed
+    texts of ``bench cosyvoice`` and of the first-audio benches, so each measures first audio on the same texts."""
+    from voicelab.bench.soak import CORPUS
+
+    return CORPUS[(97 * index) % (len(CORPUS) - chars) :][:chars].strip()
+
+
 def stream_jobs(jobs: Sequence[Job], chars: int) -> list[tuple[Job, bool]]:
     """The streamed phase's requests, each with whether its voice is cached: texts cut from the corpus at ``chars``
     characters (0: as drawn), so first audio is measured on a text of the length the goal names; even ones in the
     voice the soak kept cached (its first prompt, used by every fourth request; the goal, like upstream's ~190 ms,
     is for a cached speaker), odd ones in the soak's own cut (new to the cache again: eight later voices evicted it),
     so first audio with the prompt's features still to make is shown too."""
-    from voicelab.bench.soak import CORPUS
-
     cached = jobs[0]
     chosen = []
     for index, job in enumerate(jobs):
-        text = CORPUS[(97 * index) % (len(CORPUS) - chars) :][:chars].strip() if chars else job.text
+        text = corpus_cut(index, chars) if chars else job.text
         voice = cached if index % 2 == 0 else job
         chosen.append((Job(text, voice.prompt, voice.transcript, job.seed), index % 2 == 0))
     return chosen

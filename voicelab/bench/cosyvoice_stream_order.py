@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from voicelab.bench.cosyvoice_sides import Job, _request
+from voicelab.bench.cosyvoice_sides import Job, _request, corpus_cut
 
 ORDERS = ("back to back", "after a new voice")
 
@@ -32,12 +32,10 @@ ORDERS = ("back to back", "after a new voice")
 def streams(jobs: list[Job], count: int, chars: int, after_new_voice: bool) -> list[tuple[Job, bool]]:
     """``count`` cached-voice streams (the first job's prompt) of ``chars``-character texts, each preceded by a
     stream in another job's new voice where ``after_new_voice``; (job, whether its first audio is counted)."""
-    from voicelab.bench.soak import CORPUS
-
     cached, order = jobs[0], []
     others = [job for job in jobs[2:] if job.prompt != cached.prompt]  # jobs[1] is the warm-up's other voice
     for index in range(count):
-        text = CORPUS[(97 * index) % (len(CORPUS) - chars) :][:chars].strip()
+        text = corpus_cut(index, chars)
         if after_new_voice:
             new = others[index % len(others)]
             order.append((replace(new, text=text, seed=1000 + index), False))
