@@ -115,8 +115,8 @@ def test_speed_uses_upstream_whole_mode(tmp_path: Path) -> None:
     assert len(chunk.audio) == 2 * len("Twelve chars") * SAMPLES_PER_TOKEN // 2
 
 
-def test_leaving_early_closes_upstream_stops_its_thread_and_drops_its_dicts(tmp_path: Path) -> None:
-    b = backend(tmp_path)
+def _leave_after_the_first_chunk_and_check_it_stopped(b: CosyVoiceBackend) -> None:
+    """A caller that leaves after the first chunk of a long text: the token loop stops, its dicts are dropped."""
     model = model_of(b)
     model.llm.token_delay_s = 0.002
     chunks = cast(
@@ -127,6 +127,10 @@ def test_leaving_early_closes_upstream_stops_its_thread_and_drops_its_dicts(tmp_
     assert model.running_jobs == 0, "the llm thread is still running"
     assert model.llm.emitted < 400, "the llm thread ran to the end after the caller left"
     assert model.tts_speech_token_dict == {} and model.llm_end_dict == {} and model.hift_cache_dict == {}
+
+
+def test_leaving_early_closes_upstream_stops_its_thread_and_drops_its_dicts(tmp_path: Path) -> None:
+    _leave_after_the_first_chunk_and_check_it_stopped(backend(tmp_path))
 
 
 def test_pooled_llm_threads_give_the_same_audio_reuse_their_threads_and_still_stop_early(tmp_path: Path) -> None:
@@ -155,15 +159,7 @@ def test_pooled_llm_threads_give_the_same_audio_reuse_their_threads_and_still_st
         assert len(threads) == 3 and len(set(threads)) == (1 if name == "pooled" else 3), name
     for ours, theirs in zip(sides["pooled"], sides["new"], strict=True):
         assert np.array_equal(ours, theirs)
-    model = model_of(b)
-    model.llm.token_delay_s = 0.002
-    chunks = cast(
-        Generator[AudioChunk, None, None], b.synthesize(SpeechRequest("x" * 200 + ".", "en", prompt=prompt()))
-    )
-    next(chunks)
-    chunks.close()
-    assert model.running_jobs == 0 and model.llm.emitted < 400
-    assert model.tts_speech_token_dict == {} and model.llm_end_dict == {} and model.hift_cache_dict == {}
+    _leave_after_the_first_chunk_and_check_it_stopped(b)  # the pooled backend, last in the loop
 
 
 def test_requests_run_side_by_side_each_as_it_would_alone_and_a_failure_fails_only_its_own(tmp_path: Path) -> None:
