@@ -62,10 +62,9 @@ def _phase(name: str, items: list[Any], generate: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from voicelab.bench.cosyvoice import workload
-    from voicelab.bench.cosyvoice_sides import _request
+    from voicelab.bench.cosyvoice_sides import _request, engine_settings
     from voicelab.engine.core import EngineCore
     from voicelab.engine.inproc import InprocClient
-    from voicelab.settings import Settings
     from voicelab.studio import GenerationService
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -78,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llm-threads", choices=("new", "pooled"), default="new", help="per request, or reused")
     parser.add_argument("--backend", default="cosyvoice", help="(tests: a test double's module:factory)")
     args = parser.parse_args(argv)
-    settings = Settings(backend=args.backend, cosyvoice_dir=args.model_dir, cosyvoice_code=args.code,
-                        device=args.device, job_timeout_s=600, backend_options=args.backend_options)  # fmt: skip
+    settings = engine_settings(args)
     core = EngineCore(settings)
     if args.no_scores:
         core.voice.scores_many = lambda finished, rate: [None] * len(finished)  # type: ignore[method-assign]

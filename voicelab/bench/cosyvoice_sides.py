@@ -166,14 +166,22 @@ def _engine_sample(engine: Any, window: int) -> Sample:
     return _sample(window, pid, stats.allocated, stats.reserved, stats.non_releasable)
 
 
-def _engine(args: argparse.Namespace, dtype: str) -> Any:
-    from voicelab.engine.client import EngineClient
+def engine_settings(args: argparse.Namespace, **changes: Any) -> Any:
+    """The engine settings of every CosyVoice bench, from its flags: ``--model-dir``, ``--code``,
+    ``--backend-options`` and, where the bench has them, ``--device`` (else cuda) and ``--backend`` (else
+    cosyvoice; tests name a test double); a long job timeout; ``changes`` on top."""
     from voicelab.settings import Settings
 
-    settings = Settings(
-        backend="cosyvoice", cosyvoice_dir=args.model_dir, cosyvoice_code=args.code, device="cuda", dtype=dtype,
-        job_timeout_s=600.0, backend_options=args.backend_options,
+    return Settings(
+        backend=getattr(args, "backend", "cosyvoice"), cosyvoice_dir=args.model_dir, cosyvoice_code=args.code,
+        device=getattr(args, "device", "cuda"), job_timeout_s=600.0, backend_options=args.backend_options, **changes,
     )  # fmt: skip
+
+
+def _engine(args: argparse.Namespace, dtype: str) -> Any:
+    from voicelab.engine.client import EngineClient
+
+    settings = engine_settings(args, dtype=dtype)
     return EngineClient(settings), settings
 
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from voicelab.bench.cosyvoice_sides import Job, _request, corpus_cut
+from voicelab.bench.cosyvoice_sides import Job, _request, corpus_cut, engine_settings
 
 ORDERS = ("back to back", "after a new voice")
 
@@ -84,7 +84,6 @@ def measure(path: str, settings: Any, jobs: list[Job], count: int, chars: int,
 
 def main(argv: list[str] | None = None) -> int:
     from voicelab.bench.cosyvoice import workload
-    from voicelab.settings import Settings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", required=True)
@@ -97,9 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paths", default="inproc,worker")
     parser.add_argument("--auto-clean", choices=("on", "off"), default="on", help="the clean between jobs (A/B)")
     args = parser.parse_args(argv)
-    settings = Settings(backend=args.backend, cosyvoice_dir=args.model_dir, cosyvoice_code=args.code,
-                        device=args.device, job_timeout_s=600, backend_options=args.backend_options,
-                        auto_clean=args.auto_clean == "on")  # fmt: skip
+    settings = engine_settings(args, auto_clean=args.auto_clean == "on")
     jobs = workload(16, args.chars, Path(tempfile.mkdtemp()))  # 11 voices new to the cache
     for path in args.paths.split(","):
         measure(path, settings, jobs, args.requests, args.chars)
