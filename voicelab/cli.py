@@ -45,11 +45,7 @@ def _synth_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--out", required=True, type=Path, help="the WAV file to write")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument(
-        "--backend",
-        default="builtin",
-        help="builtin (English + Chinese), piper, mandarin, cosyvoice (optional install) or module:factory",
-    )
+    p.add_argument("--backend", default="builtin", help=HELP["backend"])
     p.add_argument("--voice", default="", help="path to a Piper voice .onnx (default: built-in en_US-joe-medium)")
     p.add_argument("--cosyvoice-dir", default="", help="cosyvoice: the model directory")
     p.add_argument("--cosyvoice-code", default="", help="cosyvoice: an upstream checkout (needed for CosyVoice3)")
