@@ -142,3 +142,23 @@ def test_host_memory_bench_runs_its_phases_with_pooled_llm_threads(
     assert main(["--model-dir", str(model_dir), *options, "--llm-threads", "pooled", "--no-scores"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "MiB per call" in line]
     assert [line.split(":")[0] for line in lines] == ["same request", "new texts, one voice", "new prompts"]
+
+
+def test_host_memory_bench_runs_only_the_phases_asked_and_says_what_grew(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--phases prompts`` runs that phase alone, and each phase lists its mappings' growth, glibc's in-use bytes
+    and the thread count; an unknown phase is refused with the names to choose from."""
+    from voicelab.bench.cosyvoice_host_memory import main
+
+    model_dir = tmp_path / "cosyvoice2"
+    model_dir.mkdir()
+    (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
+    options = ["--backend", "tests.fixture_cosyvoice_upstream:create", "--device", "cpu", "--phase", "2"]
+    assert main(["--model-dir", str(model_dir), *options, "--phases", "prompts", "--no-scores"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines() if "MiB per call" in line] == ["new prompts"]
+    assert "   glibc in use: " in out and "   threads: " in out
+    with pytest.raises(SystemExit):
+        main(["--model-dir", str(model_dir), *options, "--phases", "prompts,everything"])
+    assert "unknown phase 'everything'; choose from same, texts, prompts" in capsys.readouterr().err

@@ -4,8 +4,10 @@
 
 The engine in this process (``EngineCore`` behind ``InprocClient``, the path every front end takes), zero-shot
 requests after a warm-up of ten, in three phases: the same request again and again (a leak per call), new texts
-in one voice (caches per text length), new prompts (state per voice). Each phase prints its RSS growth per call,
-what tracemalloc saw Python allocate (the rest is native) and the largest Python growth by traceback.
+in one voice (caches per text length), new prompts (state per voice); ``--phases`` picks some. Each phase prints
+its RSS growth per call, what tracemalloc saw Python allocate (the rest is native), the mappings whose RSS grew most
+(``bench.memory_map``: heap, anonymous, each library), glibc's bytes in use, the thread count, and the largest
+Python growth by traceback.
 ``--no-scores`` skips the similarity score and pitch of each output (upstream's process does neither): an A/B.
 ``--llm-threads pooled`` runs each request's ``llm_job`` on reused threads instead of a new thread per request
 (``speech_loop.PooledThreads``): the next A/B, since neither the scores nor the flow graphs were the cause on the
@@ -27,26 +29,32 @@ from typing import Any
 MIB = 2**20
 
 
-def phases(jobs: list[Any], size: int) -> dict[str, list[Any]]:
-    """The three phases over the workload after its first ten (the warm-up): one request, one voice, new voices."""
+PHASES = {"same": "same request", "texts": "new texts, one voice", "prompts": "new prompts"}
+
+
+def phases(jobs: list[Any], size: int, keys: tuple[str, ...] = tuple(PHASES)) -> dict[str, list[Any]]:
+    """The phases named by ``keys`` over the workload after its first ten (the warm-up): one request, one voice,
+    new voices."""
     base, rest = jobs[0], jobs[10:]
     one_voice = [replace(job, prompt=base.prompt, transcript=base.transcript) for job in rest]
-    return {
-        "same request": [base] * size,
-        "new texts, one voice": one_voice[:size],
-        "new prompts": [job for job in rest if job.prompt != base.prompt][:size],
+    every = {
+        "same": [base] * size,
+        "texts": one_voice[:size],
+        "prompts": [job for job in rest if job.prompt != base.prompt][:size],
     }
+    return {PHASES[key]: every[key] for key in keys}
 
 
 def _phase(name: str, items: list[Any], generate: Any) -> None:
+    from voicelab.bench.memory_map import growth_lines, read_map
     from voicelab.engine.heap import free_heap_bytes, process_rss
 
     gc.collect()
-    rss, before, started = process_rss(), tracemalloc.take_snapshot(), time.perf_counter()
+    mapped, rss, before, started = read_map(), process_rss(), tracemalloc.take_snapshot(), time.perf_counter()
     for job in items:
         generate(job)
     gc.collect()
-    rss_after, after = process_rss(), tracemalloc.take_snapshot()
+    rss_after, after, mapped_after = process_rss(), tracemalloc.take_snapshot(), read_map()
     traced = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
     print(
         f"{name}: {len(items)} requests in {time.perf_counter() - started:.0f} s; RSS {rss / MIB:.1f} -> "
@@ -54,6 +62,8 @@ def _phase(name: str, items: list[Any], generate: Any) -> None:
         f"{traced / MIB:+.2f} MiB; glibc free {(free_heap_bytes() or 0) / MIB:.0f} MiB",
         flush=True,
     )
+    for line in growth_lines(mapped, mapped_after, len(items)):
+        print(line)
     for stat in after.compare_to(before, "traceback")[:5]:
         if stat.size_diff > 64 * 1024:
             frames = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in stat.traceback[:6])
@@ -75,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend-options", default="decode_slots=16")
     parser.add_argument("--no-scores", action="store_true", help="no similarity or pitch of the outputs")
     parser.add_argument("--llm-threads", choices=("new", "pooled"), default="new", help="per request, or reused")
+    parser.add_argument("--phases", default=",".join(PHASES), help="which of " + ", ".join(PHASES))
     parser.add_argument("--backend", default="cosyvoice", help="(tests: a test double's module:factory)")
     args = parser.parse_args(argv)
     settings = engine_settings(args)
@@ -88,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         core.backend.runtime.llm_threads = PooledThreads(16)  # type: ignore[attr-defined]
     client = InprocClient(settings, core)
     service = GenerationService(client, None, settings)
+    keys = tuple(key.strip() for key in args.phases.split(",") if key.strip())
+    if unknown := [key for key in keys if key not in PHASES]:
+        parser.error(f"unknown phase {unknown[0]!r}; choose from " + ", ".join(PHASES))
     jobs = workload(3 * args.phase + 10, 200, Path(tempfile.mkdtemp()))
 
     def generate(job: Any) -> None:
@@ -96,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     for job in jobs[:10]:
         generate(job)
     tracemalloc.start(8)
-    for name, items in phases(jobs, args.phase).items():
+    for name, items in phases(jobs, args.phase, keys).items():
         _phase(name, items, generate)
     client.close()
     return 0

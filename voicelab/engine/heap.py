@@ -84,13 +84,24 @@ class _MallInfo2(ctypes.Structure):
     ] + [("keepcost", ctypes.c_size_t)]
 
 
-def free_heap_bytes() -> int | None:
-    """Bytes glibc holds free in its heaps (``mallinfo2().fordblks``, all arenas); None without glibc 2.33+."""
+def _mallinfo2() -> _MallInfo2 | None:
     mallinfo2 = getattr(_libc(), "mallinfo2", None)
     if mallinfo2 is None:
         return None
     mallinfo2.restype = _MallInfo2
-    return int(mallinfo2().fordblks)
+    return mallinfo2()  # type: ignore[no-any-return]
+
+
+def free_heap_bytes() -> int | None:
+    """Bytes glibc holds free in its heaps (``mallinfo2().fordblks``, all arenas); None without glibc 2.33+."""
+    info = _mallinfo2()
+    return None if info is None else int(info.fordblks)
+
+
+def malloc_in_use() -> int | None:
+    """Bytes malloc has handed out and not had back (heap chunks + mmapped chunks); None without glibc 2.33+."""
+    info = _mallinfo2()
+    return None if info is None else int(info.uordblks + info.hblkhd)
 
 
 def trim_heap(collect: bool = True) -> int:

@@ -1,0 +1,55 @@
+"""The bench's memory map: RSS grouped by mapping from ``/proc/PID/smaps``, and what grew between two readings."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from voicelab.bench.memory_map import MemoryMap, growth_lines, mapping_name, read_map, rss_by_mapping
+
+SMAPS = """\
+55d0c0000000-55d0c0021000 rw-p 00000000 00:00 0                          [heap]
+Size:                132 kB
+Rss:                 100 kB
+7f0000000000-7f0000100000 rw-p 00000000 00:00 0
+Size:               1024 kB
+Rss:                 512 kB
+7f1000000000-7f1000200000 r-xp 00000000 08:01 1234                       /usr/lib/x86_64-linux-gnu/libcublasLt.so.12
+Size:               2048 kB
+Rss:                 300 kB
+7f2000000000-7f2000001000 rw-p 00000000 08:01 99                         /tmp/gone.bin (deleted)
+Rss:                   4 kB
+7f3000000000-7f3000100000 rw-p 00000000 00:00 0
+Rss:                  16 kB
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+Rss:                  24 kB
+"""
+
+
+def test_rss_is_grouped_by_heap_anonymous_and_each_file() -> None:
+    totals = rss_by_mapping(SMAPS)
+    assert totals == Counter({"[heap]": 100 * 1024, "[anon]": 528 * 1024, "libcublasLt.so.12": 300 * 1024,
+                              "gone.bin": 4 * 1024, "[stack]": 24 * 1024})  # fmt: skip
+    assert mapping_name("7f-8f r-xp 0 0:0 0   [stack:123]") == "[stack]"
+
+
+def test_growth_lists_the_largest_changes_per_call_then_malloc_and_threads() -> None:
+    before = MemoryMap(Counter({"[anon]": 10 * 2**20, "libx.so": 2**20}), 5 * 2**20, 7)
+    after = MemoryMap(Counter({"[anon]": 30 * 2**20, "libx.so": 2**20, "liby.so": 2**20}), 6 * 2**20, 9)
+    lines = growth_lines(before, after, calls=10)
+    assert lines == [
+        "   [anon]: +20.0 MiB (+2.000 per call)",
+        "   liby.so: +1.0 MiB (+0.100 per call)",
+        "   glibc in use: +1.0 MiB (+0.100 per call)",
+        "   threads: 7 -> 9",
+    ]
+
+
+def test_this_process_reading_sees_a_new_allocation() -> None:
+    before = read_map()
+    block = bytearray(64 * 2**20)  # zeroed by the kernel on first touch: touch every page
+    block[:: 4096] = b"\x01" * len(block[:: 4096])
+    after = read_map()
+    grown = sum(after.by_mapping.values()) - sum(before.by_mapping.values())
+    assert grown > 60 * 2**20, grown
+    assert after.threads >= 1 and after.malloc_in_use is not None
+    assert after.malloc_in_use - (before.malloc_in_use or 0) > 60 * 2**20
