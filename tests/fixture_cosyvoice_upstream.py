@@ -92,7 +92,8 @@ class FakeModel:
     def __init__(self) -> None:
         self.llm = FakeLlm()
         self.lock = threading.Lock()
-        self.flow = types.SimpleNamespace(pre_lookahead_len=3)
+        self.flow = types.SimpleNamespace(pre_lookahead_len=3, inference=lambda **kwargs: None)
+        self.hift = types.SimpleNamespace(inference=lambda **kwargs: None)  # called as upstream's token2wav does
         self.token_hop_len, self.token_max_hop_len, self.stream_scale_factor = 25, 100, 2
         self.tts_speech_token_dict: dict[str, list[int]] = {}
         self.llm_end_dict: dict[str, bool] = {}
@@ -140,6 +141,8 @@ class FakeModel:
                 "speed": speed,
             }
         )
+        self.flow.inference(token=token, finalize=finalize)
+        self.hift.inference(speech_feat=token)
         number = (self.hift_cache_dict[uuid] or {}).get("chunks", 0)
         self.hift_cache_dict[uuid] = {"chunks": number + 1}
         new = token.shape[1] - token_offset - (0 if finalize else self.flow.pre_lookahead_len)

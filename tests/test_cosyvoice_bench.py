@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,26 @@ def test_host_memory_bench_runs_only_the_phases_asked_and_says_what_grew(
     with pytest.raises(SystemExit):
         main(["--model-dir", str(model_dir), *options, "--phases", "prompts,everything"])
     assert "unknown phase 'everything'; choose from same, texts, prompts" in capsys.readouterr().err
+
+
+def test_stream_order_trace_prints_each_requests_stages_once(tmp_path: Path) -> None:
+    """``--trace``'s backend: one line per streamed request, at its first vocoder call, with its stages in order
+    (inputs, run, first token, flow, vocoder, first audio), from the runtime's own calls."""
+    from tests.fixture_cosyvoice_upstream import create
+    from voicelab.backends.base import SpeechRequest
+    from voicelab.bench.cosyvoice_stream_order import trace_backend
+    from voicelab.settings import Settings
+
+    lines: list[str] = []
+    (tmp_path / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
+    settings = Settings(device="cpu", cosyvoice_dir=str(tmp_path), backend_options="decode_slots=1")
+    backend = trace_backend(create(settings), lambda: None, lines.append)
+    backend.load("cpu", "float32")
+    for seed in range(2):
+        text = "A first sentence that is long enough for more than one chunk of speech tokens to stream out."
+        request = SpeechRequest(text=text, language="en", seed=seed, options={"stream": 1.0})
+        assert sum(len(chunk.audio) for chunk in backend.synthesize(request)) > 0
+    assert len(lines) == 2, lines
+    for line in lines:
+        inputs, run = re.match(r"trace: inputs at (\d+) ms, run at (\d+) ms, first token ", line).groups()  # type: ignore[union-attr]
+        assert int(inputs) <= int(run) and "tokens by the first flow call" in line and "first audio" in line, line

@@ -10,7 +10,9 @@ for each path (``inproc``: ``EngineCore`` behind ``InprocClient``; ``worker``: t
 ``EngineClient``) it runs ``--requests`` cached-voice streams back to back, then as many each preceded by a
 new-voice stream, and prints every first audio and the p50 of each cell. Texts and voices are ``bench cosyvoice``'s.
 ``--auto-clean off`` is the third suspect's A/B: a new voice's request may leave enough cached memory for the clean
-between jobs to run, and the next request then maps its memory afresh.
+between jobs to run, and the next request then maps its memory afresh. ``--trace`` loads the backend through
+``traced`` (a "module:factory" the worker imports too), which stamps the runtime's stages and prints one timeline
+per request to stderr from whichever process runs it: where the worker's extra lies, stage by stage.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -41,6 +44,65 @@ def streams(jobs: list[Job], count: int, chars: int, after_new_voice: bool) -> l
             order.append((replace(new, text=text, seed=1000 + index), False))
         order.append((replace(cached, text=text, seed=index), True))
     return order
+
+
+def _stamp(name: str, call: Callable[..., Any], marks: list[tuple[str, float]]) -> Callable[..., Any]:
+    def stamped(*args: Any, **kwargs: Any) -> Any:
+        if name == "start":
+            marks.clear()
+        marks.append((name, time.perf_counter()))
+        return call(*args, **kwargs)
+
+    return stamped
+
+
+def trace_runtime(runtime: Any, sync: Callable[[], None], say: Callable[[str], None]) -> None:
+    """Stamp a loaded runtime: the request's start (its prompt transcript normalised, the backend's first call),
+    its inputs, its run, every token, the flow and the vocoder; after the first vocoder call, ``say`` the timeline."""
+    from voicelab.bench.cosyvoice_first_audio import _instrument, timeline
+
+    marks: list[tuple[str, float]] = []
+    _instrument(runtime, marks, sync)
+    runtime.normalize_prompt = _stamp("start", runtime.normalize_prompt, marks)
+    runtime.inputs = _stamp("inputs", runtime.inputs, marks)
+    runtime.run = _stamp("run", runtime.run, marks)
+    vocoder = runtime.model.hift.inference
+
+    def first_vocoder(*args: Any, **kwargs: Any) -> Any:
+        out = vocoder(*args, **kwargs)
+        if marks and marks[0][0] == "start" and sum(name == "vocoder-" for name, _ in marks) == 1:
+            start, stamps = marks[0][1], {name: t for name, t in reversed(marks)}
+            at = {name: f"{1000 * (stamps[name] - start):.0f}" for name in ("inputs", "run") if name in stamps}
+            line = timeline(marks, start, time.perf_counter()).line()
+            say(f"trace: inputs at {at.get('inputs', '-')} ms, run at {at.get('run', '-')} ms, {line}")
+        return out
+
+    runtime.model.hift.inference = first_vocoder
+
+
+def trace_backend(backend: Any, sync: Callable[[], None], say: Callable[[str], None]) -> Any:
+    """``backend`` (a ``CosyVoiceBackend``) with each runtime it loads stamped by ``trace_runtime``."""
+    load = backend.loader
+
+    def loader(*args: Any) -> Any:
+        runtime = load(*args)
+        trace_runtime(runtime, sync, say)
+        return runtime
+
+    backend.loader = loader
+    return backend
+
+
+def traced(settings: Any) -> Any:
+    """The CosyVoice backend, traced to stderr (``--trace``; the worker imports this factory by its path)."""
+    import sys
+
+    import torch
+
+    from voicelab.backends.cosyvoice.backend import create
+
+    sync = torch.cuda.synchronize if str(settings.device).startswith("cuda") else (lambda: None)
+    return trace_backend(create(settings), sync, lambda line: print(line, file=sys.stderr, flush=True))
 
 
 @contextmanager
@@ -93,9 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chars", type=int, default=200)
     parser.add_argument("--backend-options", default="decode_slots=16")
     parser.add_argument("--backend", default="cosyvoice", help="(tests: a test double's module:factory)")
+    parser.add_argument("--trace", action="store_true", help="print each request's stages (CosyVoice's runtime)")
     parser.add_argument("--paths", default="inproc,worker")
     parser.add_argument("--auto-clean", choices=("on", "off"), default="on", help="the clean between jobs (A/B)")
     args = parser.parse_args(argv)
+    if args.trace:
+        args.backend = "voicelab.bench.cosyvoice_stream_order:traced"
     settings = engine_settings(args, auto_clean=args.auto_clean == "on")
     jobs = workload(16, args.chars, Path(tempfile.mkdtemp()))  # 11 voices new to the cache
     for path in args.paths.split(","):
