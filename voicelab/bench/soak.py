@@ -184,7 +184,9 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
     from voicelab.telemetry.nvml import NvmlSampler
     from voicelab.voice.intake import load_prompt
 
-    settings = Settings(device=args.device, dtype=args.dtype, voice_path=args.voice, job_timeout_s=1e9)
+    settings = Settings(
+        backend=args.backend, device=args.device, dtype=args.dtype, voice_path=args.voice, job_timeout_s=1e9
+    )
     core = EngineCore(settings)
     if naive:
         core = _naive_core(core)
@@ -267,6 +269,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--voice", default="", help="Piper voice file (default: the built-in voice)")
+    parser.add_argument("--backend", default="builtin", help="builtin (English + Mandarin) or piper (English alone)")
     parser.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="folder of prompt clips (*.wav, ≥ 4)")
     parser.add_argument("--voices", type=int, default=4)
     parser.add_argument("--naive", action="store_true", help="also run the naive control and show it beside")
