@@ -19,7 +19,7 @@ from voicelab.backends.batching import BatchPolicy, ShapeBuckets, bucket_by_leng
 from voicelab.backends.piper.backend import PiperBackend, keep_freed_memory_for_reuse
 from voicelab.bench import soak
 from voicelab.bench.soak_report import verdicts
-from voicelab.engine.heap import RssWatch, process_rss, trim_heap
+from voicelab.engine.heap import HeapPolicy, RssWatch, configure_heap, process_rss, trim_heap
 from voicelab.engine.inproc import InprocClient
 from voicelab.engine.messages import AllocatorStats, CleanReport, SynthesisRequest
 from voicelab.settings import Settings
@@ -41,6 +41,26 @@ def test_freed_heap_goes_back_to_the_os_only_when_trimmed() -> None:
     assert held - before > 350 * MiB
     assert after_free - before > 300 * MiB, "without a trim the freed blocks stay resident"
     assert after_trim - before < 50 * MiB and returned > 300 * MiB
+
+
+def test_per_shape_caches_are_capped_through_the_environment_unless_the_user_chose(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """oneDNN's primitives and PyTorch's cuDNN execution plans (one per convolution shape, ~200 KiB each, 10,000
+    by default) are bounded before the model's first convolution; a value the user set is kept."""
+    import os
+
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    monkeypatch.setenv("TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT", "")
+    applied = configure_heap(HeapPolicy(arena_max=0), dict(os.environ))
+    assert os.environ["TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT"] == "256"
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
+    assert applied == ["ONEDNN_PRIMITIVE_CACHE_CAPACITY=64", "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT=256"]
+    monkeypatch.setenv("TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT", "10000")
+    assert configure_heap(HeapPolicy(arena_max=0, onednn_cache=0), dict(os.environ)) == []
+    assert os.environ["TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT"] == "10000"
+    with pytest.raises(ValueError, match="cudnn_plans"):
+        HeapPolicy(cudnn_plans=-1)
 
 
 def test_rss_watch_warns_with_numbers_after_warm_up_and_clears() -> None:

@@ -35,16 +35,21 @@ class HeapPolicy:
     glibc holds more than ``trim_above`` bytes free (a trim costs tens of ms; the pages fault back in next job).
     onednn_cache: oneDNN's primitive cache capacity (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``); 0 keeps its default
     of 1,024 primitives, which held ~130 MiB more RSS on CPU than 64 for no measurable speed (docs/host-memory.md).
+    cudnn_plans: PyTorch's cache of cuDNN execution plans, one per convolution shape
+    (``TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT``); 0 keeps its default of 10,000 plans, which PyTorch puts at ~2 GiB of
+    host memory (~200 KiB a plan). A vocoder run eagerly on new lengths adds plans with nearly every request; 256
+    holds ~50 MiB and still keeps every shape that recurs (fixed streaming chunks) among the most recent.
     """
 
     arena_max: int = 2
     trim_after_job: bool = True
     trim_above: int = 32 * MiB
     onednn_cache: int = 64
+    cudnn_plans: int = 256
 
     def __post_init__(self) -> None:
-        if self.arena_max < 0 or self.onednn_cache < 0:
-            raise ValueError("arena_max and onednn_cache must be >= 0 (0 keeps the library's default)")
+        if min(self.arena_max, self.onednn_cache, self.cudnn_plans) < 0:
+            raise ValueError("arena_max, onednn_cache and cudnn_plans must be >= 0 (0 keeps the library's default)")
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -59,12 +64,18 @@ def configure_heap(policy: HeapPolicy, environ: Mapping[str, str]) -> list[str]:
 
     ``mallopt(M_ARENA_MAX)`` takes effect for arenas created afterwards, so no environment variable (read by
     glibc only at process start) is needed. A user's own ``MALLOC_ARENA_MAX`` in ``environ`` wins. oneDNN reads
-    its cache capacity when it first builds a primitive, so that one goes through the environment.
+    its cache capacity when it first builds a primitive and PyTorch its cuDNN plan limit at the first cuDNN
+    convolution, so those two go through the environment (a user's own value wins there too).
     """
     applied: list[str] = []
-    if policy.onednn_cache and not environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"):
-        os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(policy.onednn_cache)
-        applied.append(f"ONEDNN_PRIMITIVE_CACHE_CAPACITY={policy.onednn_cache}")
+    caps = {
+        "ONEDNN_PRIMITIVE_CACHE_CAPACITY": policy.onednn_cache,
+        "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT": policy.cudnn_plans,
+    }
+    for name, cap in caps.items():
+        if cap and not environ.get(name):
+            os.environ[name] = str(cap)
+            applied.append(f"{name}={cap}")
     mallopt = getattr(_libc(), "mallopt", None)
     user_set = bool(environ.get("MALLOC_ARENA_MAX"))
     if policy.arena_max and not user_set and mallopt is not None and mallopt(M_ARENA_MAX, policy.arena_max):
