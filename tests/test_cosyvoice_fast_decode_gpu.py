@@ -160,6 +160,27 @@ def test_a_batch_of_different_requests_equals_each_run_alone(llm: Any) -> None:
     assert [len(t) for t in alone] == [16 + 8 * i for i in range(6)]
 
 
+def test_the_driver_steps_on_its_own_stream_and_waits_for_a_prompt_made_on_another(llm: Any) -> None:
+    """The batcher's steps leave the default stream to the flow and vocoder; a prompt written on the caller's
+    stream behind ~0.1 s of device work is still read whole (the event hand-over), so the tokens are the same."""
+    from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher
+
+    base = torch.randn(1, 80, llm.llm_input_size, device="cuda") * 0.05
+    batcher = DecodeBatcher(llm, BatchConfig(slots=2, capacity=1024))
+    try:
+        assert batcher.stream is not None and batcher.stream != torch.cuda.default_stream()
+        expected = list(batcher.decode(base.clone(), 8, 24, seed=7))
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)  # the caller's stream is busy before the prompt is written
+            late = torch.empty_like(base)
+            late.copy_(base)
+            tokens = list(batcher.decode(late, 8, 24, seed=7))
+    finally:
+        batcher.close()
+    assert tokens == expected
+
+
 @pytest.mark.parametrize("shrink_rows", [False, True])
 def test_batched_greedy_equals_upstream(llm: Any, shrink_rows: bool) -> None:
     from voicelab.backends.cosyvoice.batch_decode import BatchConfig, install_batched_decode

@@ -8,11 +8,11 @@ and advances the rest with one (graph-replayed) step over all slots. Each reques
 (seeded from the default generator when it arrives), so a request's tokens do not depend on who it shares a step
 with: a batch of requests equals each run alone.
 
-On CUDA the driver works on a stream of its own, as upstream runs each ``llm_job`` under its own LLM stream:
-on the default stream its steps and the flow and vocoder of other requests (run by their job threads) queued
-behind one another, so a streamed request's first vocoder call waited for decode steps and every step's
-sampling waited for the vocoder (session 10, H200: the first vocoder call took 87-98 ms in the worker against
-16-28 ms with no decode running). A request's prompt embedding, made on its caller's stream, is handed over
+On CUDA the driver works on a stream of its own, as upstream runs each ``llm_job`` under its own LLM stream.
+On the default stream its steps and the flow and vocoder of other requests (run by their job threads) queue
+behind one another: a streamed request's first vocoder call waits for decode steps, and each step's sampling
+for the vocoder (session 10, H200: HiFT's first call took 87-123 ms in the worker, 28-37 ms in-process, 16-29 ms
+in the first requests after loading). A request's prompt embedding, made on its caller's stream, is handed over
 with an event.
 """
 
