@@ -53,9 +53,9 @@ def test_per_shape_caches_are_capped_through_the_environment_unless_the_user_cho
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
     monkeypatch.setenv("TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT", "")
     applied = configure_heap(HeapPolicy(arena_max=0), dict(os.environ))
-    assert os.environ["TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT"] == "256"
+    assert os.environ["TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT"] == "1024"
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
-    assert applied == ["ONEDNN_PRIMITIVE_CACHE_CAPACITY=64", "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT=256"]
+    assert applied == ["ONEDNN_PRIMITIVE_CACHE_CAPACITY=64", "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT=1024"]
     monkeypatch.setenv("TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT", "10000")
     assert configure_heap(HeapPolicy(arena_max=0, onednn_cache=0), dict(os.environ)) == []
     assert os.environ["TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT"] == "10000"

@@ -37,15 +37,17 @@ class HeapPolicy:
     of 1,024 primitives, which held ~130 MiB more RSS on CPU than 64 for no measurable speed (docs/host-memory.md).
     cudnn_plans: PyTorch's cache of cuDNN execution plans, one per convolution shape
     (``TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT``); 0 keeps its default of 10,000 plans, which PyTorch puts at ~2 GiB of
-    host memory (~200 KiB a plan). A vocoder run eagerly on new lengths adds plans with nearly every request; 256
-    holds ~50 MiB and still keeps every shape that recurs (fixed streaming chunks) among the most recent.
+    host memory (~200 KiB a plan). A vocoder run eagerly on new lengths adds plans with nearly every request (HiFT:
+    ~60 convolution shapes a call). 1,024 holds 27-200 MiB (CosyVoice's growth per new length suggests ~27 KiB a
+    plan) and still keeps every shape that recurs (the streamed chunks' few sizes, ~60 plans each) among the most
+    recent, so no recurring call plans again; a cap near one request's own count would.
     """
 
     arena_max: int = 2
     trim_after_job: bool = True
     trim_above: int = 32 * MiB
     onednn_cache: int = 64
-    cudnn_plans: int = 256
+    cudnn_plans: int = 1024
 
     def __post_init__(self) -> None:
         if min(self.arena_max, self.onednn_cache, self.cudnn_plans) < 0:
