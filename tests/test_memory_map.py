@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from voicelab.bench.memory_map import MemoryMap, growth_lines, mapping_name, read_map, rss_by_mapping
+from voicelab.bench.memory_map import MemoryMap, growth_lines, mapping_name, read_map, rss_by_mapping, rss_kinds
 
 SMAPS = """\
 55d0c0000000-55d0c0021000 rw-p 00000000 00:00 0                          [heap]
@@ -32,6 +32,13 @@ def test_rss_is_grouped_by_heap_anonymous_and_each_file() -> None:
     assert mapping_name("7f-8f r-xp 0 0:0 0   [stack:123]") == "[stack]"
 
 
+def test_the_kernels_split_of_rss_is_read_from_status() -> None:
+    status = (
+        "Name:\tpython\nVmRSS:\t    2048 kB\nRssAnon:\t     512 kB\nRssFile:\t    1536 kB\nRssShmem:\t       0 kB\n"
+    )
+    assert rss_kinds(status) == Counter({"VmRSS": 2 * 2**20, "RssAnon": 2**19, "RssFile": 1536 * 1024})
+
+
 def test_growth_lists_the_largest_changes_per_call_then_malloc_and_threads() -> None:
     before = MemoryMap(Counter({"[anon]": 10 * 2**20, "libx.so": 2**20}), 5 * 2**20, 7)
     after = MemoryMap(Counter({"[anon]": 30 * 2**20, "libx.so": 2**20, "liby.so": 2**20}), 6 * 2**20, 9)
@@ -50,7 +57,7 @@ def test_this_process_reading_sees_new_pages_and_new_malloc_bytes() -> None:
     import mmap
 
     before = read_map()
-    pages = mmap.mmap(-1, 64 * 2**20)
+    pages = mmap.mmap(-1, 64 * 2**20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     pages.write(b"\x01" * len(pages))  # touch every page
     block = bytearray(32 * 2**20)
     after = read_map()
@@ -58,4 +65,7 @@ def test_this_process_reading_sees_new_pages_and_new_malloc_bytes() -> None:
     assert grown > 60 * 2**20, grown
     assert after.threads >= 1 and after.malloc_in_use is not None and before.malloc_in_use is not None
     assert after.malloc_in_use - before.malloc_in_use >= len(block)
+    assert after.kinds["RssAnon"] - before.kinds["RssAnon"] > 60 * 2**20
+    kinds_line = [line for line in growth_lines(before, after, 1) if "VmRSS" in line]
+    assert len(kinds_line) == 1 and "the mappings' sum +" in kinds_line[0]
     pages.close()

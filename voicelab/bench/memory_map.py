@@ -25,6 +25,21 @@ class MemoryMap:
     by_mapping: Counter[str] = field(default_factory=Counter)
     malloc_in_use: int | None = None
     threads: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)  # the kernel's own split: VmRSS, RssAnon, RssFile, RssShmem
+
+
+STATUS_KINDS = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+
+
+def rss_kinds(status: str) -> Counter[str]:
+    """VmRSS and its anonymous / file-backed / shared parts, in bytes, from a ``/proc/PID/status`` text. A page
+    the kernel counts here but no smaps mapping shows (driver memory) makes VmRSS and the mappings' sum differ."""
+    kinds: Counter[str] = Counter()
+    for line in status.splitlines():
+        name, _, value = line.partition(":")
+        if name in STATUS_KINDS and value.split():
+            kinds[name] = int(value.split()[0]) * 1024
+    return kinds
 
 
 def mapping_name(header: str) -> str:
@@ -53,12 +68,14 @@ def rss_by_mapping(smaps: str) -> Counter[str]:
 
 def read_map(pid: int | None = None) -> MemoryMap:
     """This process's (or ``pid``'s) memory map now; an empty map where ``/proc`` has no smaps."""
+    proc = Path(f"/proc/{pid or os.getpid()}")
     try:
-        smaps = Path(f"/proc/{pid or os.getpid()}/smaps").read_text()
+        smaps, status = (proc / "smaps").read_text(), (proc / "status").read_text()
     except OSError:
         return MemoryMap()
-    threads = len(os.listdir(f"/proc/{pid or os.getpid()}/task"))
-    return MemoryMap(rss_by_mapping(smaps), malloc_in_use() if pid is None else None, threads)
+    threads = len(os.listdir(proc / "task"))
+    in_use = malloc_in_use() if pid is None else None
+    return MemoryMap(rss_by_mapping(smaps), in_use, threads, rss_kinds(status))
 
 
 def growth_lines(before: MemoryMap, after: MemoryMap, calls: int, top: int = 6) -> list[str]:
@@ -73,6 +90,11 @@ def growth_lines(before: MemoryMap, after: MemoryMap, calls: int, top: int = 6) 
     if before.malloc_in_use is not None and after.malloc_in_use is not None:
         grown = (after.malloc_in_use - before.malloc_in_use) / MIB
         lines.append(f"   glibc in use: {grown:+.1f} MiB ({grown / max(calls, 1):+.3f} per call)")
+    if before.kinds and after.kinds:
+        by_kind = {name: (after.kinds[name] - before.kinds[name]) / MIB for name in STATUS_KINDS}
+        mapped = (sum(after.by_mapping.values()) - sum(before.by_mapping.values())) / MIB
+        lines.append("   " + ", ".join(f"{name} {delta:+.1f}" for name, delta in by_kind.items())
+                     + f" MiB; the mappings' sum {mapped:+.1f} MiB")  # fmt: skip
     lines.append(f"   threads: {before.threads} -> {after.threads}")
     return lines
 
