@@ -19,6 +19,7 @@ from typing import cast
 
 import numpy as np
 import pytest
+import torch
 
 from tests.fixture_cosyvoice_upstream import SAMPLES_PER_TOKEN, FakeModel, decode, fake_runtime
 from voicelab.backends.base import AudioChunk, SpeechRequest, run_plainly
@@ -274,3 +275,20 @@ def test_the_app_refuses_to_start_without_the_optional_install(capsys: pytest.Ca
         app.main(["--backend", "cosyvoice"])
     assert stopped.value.code == 2
     assert capsys.readouterr().err.strip().startswith("CosyVoice needs a model directory")
+
+
+def test_the_vocoders_stft_window_is_moved_to_its_device_once() -> None:
+    """Upstream's HiFT keeps its window on the CPU and copies it in every STFT (a host sync per call on CUDA):
+    it is moved once, with the same values; a vocoder without one, or already there, is left alone."""
+    import types
+
+    from voicelab.backends.cosyvoice.upstream import windows_on_device
+
+    window = torch.hann_window(16)
+    vocoder = types.SimpleNamespace(stft_window=window)
+    windows_on_device(vocoder, "meta")
+    assert vocoder.stft_window.device.type == "meta" and vocoder.stft_window.shape == window.shape
+    on_cpu = types.SimpleNamespace(stft_window=window)
+    windows_on_device(on_cpu, torch.device("cpu"))
+    assert on_cpu.stft_window is window
+    windows_on_device(types.SimpleNamespace(), "meta")  # no window: nothing to do

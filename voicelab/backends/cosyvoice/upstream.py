@@ -230,6 +230,7 @@ def load_runtime(
     model.load(str(model_dir / "llm.pt"), str(model_dir / "flow.pt"), str(model_dir / "hift.pt"))
     if dtype != "float32":
         model.llm.to(TORCH_DTYPES[dtype])
+    windows_on_device(model.hift, model.device)
     _log_device_memory("weights")
     decoder = prepare_llm(model.llm, device, decode or DecodeChoice(), mask_stops=token_cap is not None)
     _log_device_memory("decode path")
@@ -244,6 +245,16 @@ def load_runtime(
     if isinstance(decoder, DecodeBatcher):
         decoder.seed_source = runtime.watches.current_seed  # each request samples from its own seed
     return runtime
+
+
+def windows_on_device(vocoder: Any, device: torch.device | str) -> None:
+    """Keep the vocoder's STFT window on its device. Upstream's HiFT keeps it as a plain CPU attribute (not a
+    buffer, so ``model.to`` leaves it) and copies it to the device in every STFT and inverse STFT: two copies from
+    pageable memory per vocoder call, each a host sync with the default stream, which on CUDA waits for every
+    kernel queued there (other requests' flow and vocoder). The same values, so the same audio."""
+    window = getattr(vocoder, "stft_window", None)
+    if isinstance(window, torch.Tensor) and window.device != torch.device(device):
+        vocoder.stft_window = window.to(device)
 
 
 def _log_device_memory(stage: str) -> None:
