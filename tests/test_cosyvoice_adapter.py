@@ -292,3 +292,18 @@ def test_the_vocoders_stft_window_is_moved_to_its_device_once() -> None:
     windows_on_device(on_cpu, torch.device("cpu"))
     assert on_cpu.stft_window is window
     windows_on_device(types.SimpleNamespace(), "meta")  # no window: nothing to do
+
+
+def test_decode_stream_option_is_on_or_off_in_one_sentence() -> None:
+    """``decode_stream`` (the batcher's steps on their own CUDA stream, on by default) is the A/B switch for that
+    change; anything but on/off is refused before anything loads, and the default keeps the own stream."""
+    from voicelab.backends.cosyvoice.backend import create
+    from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
+    from voicelab.errors import BackendLoadError
+    from voicelab.settings import HELP, Settings
+
+    with pytest.raises(
+        BackendLoadError, match=r"^CosyVoice backend option: decode_stream must be on or off, not 'x'\.$"
+    ):
+        create(Settings(backend="cosyvoice", backend_options="decode_slots=4,decode_stream=x"))
+    assert DecodeChoice().own_stream and "decode_stream=on|off" in HELP["backend_options"]

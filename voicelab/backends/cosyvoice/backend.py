@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -226,10 +226,11 @@ def _joined(pieces: Iterator[np.ndarray]) -> np.ndarray:
 
 def create(settings: Settings) -> CosyVoiceBackend:
     """The registry's factory: ``--cosyvoice-dir`` (or ``--model-dir``) and ``--cosyvoice-code``."""
-    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,flow_graphs=on|off,flow_tf32=on|off
+    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,flow_graphs=on|off,flow_tf32=on|off,decode_stream
         decode = DecodeChoice.parse(
             settings.backend_option("fast_decode", "auto"), settings.backend_option("decode_slots", "1")
         )
+        decode = replace(decode, own_stream=_on_off(settings, "decode_stream"))
         flow_graphs, flow_tf32 = (_on_off(settings, name) for name in ("flow_graphs", "flow_tf32"))
     except ValueError as exc:
         raise BackendLoadError(f"CosyVoice backend option: {exc}.") from exc

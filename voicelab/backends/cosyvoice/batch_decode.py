@@ -54,13 +54,15 @@ class _Request:
 @dataclass(frozen=True)
 class BatchConfig:
     """slots: requests decoded together at most (the cache holds ``slots`` x ``capacity`` positions).
-    shrink_rows: see ``StepRunner`` (off: a batch equals each run alone, bit for bit)."""
+    shrink_rows: see ``StepRunner`` (off: a batch equals each run alone, bit for bit).
+    own_stream: on CUDA, the driver's steps on a stream of their own (off: the default stream, for the A/B)."""
 
     slots: int = 8
     capacity: int = 2048
     graphs: bool = True
     mask_stops: bool = False
     shrink_rows: bool = False
+    own_stream: bool = True
 
 
 class DecodeBatcher:
@@ -78,7 +80,7 @@ class DecodeBatcher:
         self.wake = threading.Condition()
         self.closed = False
         self.seed_source: Callable[[], int | None] = lambda: None  # the calling request's seed (upstream.py sets it)
-        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" and config.own_stream else None
         self.driver = threading.Thread(target=self._drive, name="voicelab-llm-batch", daemon=True)
         self.driver.start()
 

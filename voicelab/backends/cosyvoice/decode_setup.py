@@ -15,10 +15,12 @@ MODES = ("auto", "on", "off")
 @dataclass(frozen=True)
 class DecodeChoice:
     """mode: "auto" (fast on CUDA, upstream's loop elsewhere), "on" or "off". slots: requests decoded together
-    (1: one at a time, a second concurrent request runs upstream's loop; more: continuous batching)."""
+    (1: one at a time, a second concurrent request runs upstream's loop; more: continuous batching). own_stream:
+    the backend option ``decode_stream`` (off: the batcher steps on the default stream, as before session 10)."""
 
     mode: str = "auto"
     slots: int = 1
+    own_stream: bool = True  # the batcher's steps on a CUDA stream of their own (``batch_decode.py``)
 
     @classmethod
     def parse(cls, mode: str, slots: str) -> DecodeChoice:
@@ -36,7 +38,7 @@ def prepare_llm(llm: Any, device: str, choice: DecodeChoice, mask_stops: bool) -
     fix_step_mask(llm.llm)
     if choice.mode == "off" or (choice.mode == "auto" and not device.startswith("cuda")):
         return None
-    if choice.slots > 1:  # stepping only the rows in use: alone in a 16-slot cache, 296 tokens/s instead of 163
-        config = BatchConfig(slots=choice.slots, mask_stops=mask_stops, shrink_rows=True)  # (1 slot: 270; H200)
+    if choice.slots > 1:  # stepping only the rows in use: alone in 16 slots, 296 tokens/s, not 163 (1 slot: 270; H200)
+        config = BatchConfig(choice.slots, mask_stops=mask_stops, shrink_rows=True, own_stream=choice.own_stream)
         return install_batched_decode(llm, config)
     return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops))
