@@ -76,7 +76,7 @@ def _timed(name: str, call: Callable[..., Any], marks: list[tuple[str, float]], 
     return wrapper
 
 
-def _instrument(runtime: Any, marks: list[tuple[str, float]], sync: Callable[[], None]) -> None:
+def instrument(runtime: Any, marks: list[tuple[str, float]], sync: Callable[[], None]) -> None:
     """Stamp the flow, the vocoder and every token the decode path yields (instance attributes only)."""
     model = runtime.model
     model.flow.inference = _timed("flow", model.flow.inference, marks, sync)
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     entry = runtime.speaker(samples)
     plan = plan_mode(runtime.version, PROMPT.with_suffix(".txt").read_text().strip(), "")
     marks: list[tuple[str, float]] = []
-    _instrument(runtime, marks, sync)
+    instrument(runtime, marks, sync)
     for run in range(args.runs):
         sentence = runtime.normalize(corpus_cut(run, 200))[0]
         start = time.perf_counter()

@@ -54,7 +54,7 @@ def _phase(name: str, items: list[Any], generate: Any) -> None:
     for job in items:
         generate(job)
     gc.collect()
-    rss_after, after, mapped_after = process_rss(), tracemalloc.take_snapshot(), read_map()
+    mapped_after, rss_after, after = read_map(), process_rss(), tracemalloc.take_snapshot()  # in the order above
     traced = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
     print(
         f"{name}: {len(items)} requests in {time.perf_counter() - started:.0f} s; RSS {rss / MIB:.1f} -> "
@@ -72,21 +72,17 @@ def _phase(name: str, items: list[Any], generate: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from voicelab.bench.cosyvoice import workload
-    from voicelab.bench.cosyvoice_sides import _request, engine_settings
+    from voicelab.bench.cosyvoice_sides import _request, engine_flags, engine_settings
     from voicelab.engine.core import EngineCore
     from voicelab.engine.inproc import InprocClient
     from voicelab.studio import GenerationService
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", required=True)
-    parser.add_argument("--code", default="")
-    parser.add_argument("--device", default="cuda")
+    engine_flags(parser)
     parser.add_argument("--phase", type=int, default=30, help="requests per phase")
-    parser.add_argument("--backend-options", default="decode_slots=16")
     parser.add_argument("--no-scores", action="store_true", help="no similarity or pitch of the outputs")
     parser.add_argument("--llm-threads", choices=("new", "pooled"), default="new", help="per request, or reused")
     parser.add_argument("--phases", default=",".join(PHASES), help="which of " + ", ".join(PHASES))
-    parser.add_argument("--backend", default="cosyvoice", help="(tests: a test double's module:factory)")
     args = parser.parse_args(argv)
     settings = engine_settings(args)
     core = EngineCore(settings)

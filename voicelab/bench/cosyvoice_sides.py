@@ -166,6 +166,15 @@ def _engine_sample(engine: Any, window: int) -> Sample:
     return _sample(window, pid, stats.allocated, stats.reserved, stats.non_releasable)
 
 
+def engine_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags ``engine_settings`` reads, for a bench that runs the engine in this process or in its worker."""
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--code", default="")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--backend-options", default="decode_slots=16")
+    parser.add_argument("--backend", default="cosyvoice", help="(tests: a test double's module:factory)")
+
+
 def engine_settings(args: argparse.Namespace, **changes: Any) -> Any:
     """The engine settings of every CosyVoice bench, from its flags: ``--model-dir``, ``--code``,
     ``--backend-options`` and, where the bench has them, ``--device`` (else cuda) and ``--backend`` (else

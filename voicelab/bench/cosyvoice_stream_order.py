@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from voicelab.bench.cosyvoice_sides import Job, _request, corpus_cut, engine_settings
+from voicelab.bench.cosyvoice_sides import Job, _request, corpus_cut, engine_flags, engine_settings
 
 ORDERS = ("back to back", "after a new voice")
 
@@ -59,10 +59,10 @@ def _stamp(name: str, call: Callable[..., Any], marks: list[tuple[str, float]]) 
 def trace_runtime(runtime: Any, sync: Callable[[], None], say: Callable[[str], None]) -> None:
     """Stamp a loaded runtime: the request's start (its prompt transcript normalised, the backend's first call),
     its inputs, its run, every token, the flow and the vocoder; after the first vocoder call, ``say`` the timeline."""
-    from voicelab.bench.cosyvoice_first_audio import _instrument, timeline
+    from voicelab.bench.cosyvoice_first_audio import instrument, timeline
 
     marks: list[tuple[str, float]] = []
-    _instrument(runtime, marks, sync)
+    instrument(runtime, marks, sync)
     runtime.normalize_prompt = _stamp("start", runtime.normalize_prompt, marks)
     runtime.inputs = _stamp("inputs", runtime.inputs, marks)
     runtime.run = _stamp("run", runtime.run, marks)
@@ -148,13 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     from voicelab.bench.cosyvoice import workload
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", required=True)
-    parser.add_argument("--code", default="")
-    parser.add_argument("--device", default="cuda")
+    engine_flags(parser)
     parser.add_argument("--requests", type=int, default=6, help="counted streams per path and order")
     parser.add_argument("--chars", type=int, default=200)
-    parser.add_argument("--backend-options", default="decode_slots=16")
-    parser.add_argument("--backend", default="cosyvoice", help="(tests: a test double's module:factory)")
     parser.add_argument("--trace", action="store_true", help="print each request's stages (CosyVoice's runtime)")
     parser.add_argument("--paths", default="inproc,worker")
     parser.add_argument("--auto-clean", choices=("on", "off"), default="on", help="the clean between jobs (A/B)")

@@ -66,16 +66,15 @@ def rss_by_mapping(smaps: str) -> Counter[str]:
     return totals
 
 
-def read_map(pid: int | None = None) -> MemoryMap:
-    """This process's (or ``pid``'s) memory map now; an empty map where ``/proc`` has no smaps."""
-    proc = Path(f"/proc/{pid or os.getpid()}")
+def read_map() -> MemoryMap:
+    """This process's memory map now; an empty map where ``/proc`` has no smaps."""
+    proc = Path("/proc/self")
     try:
         smaps, status = (proc / "smaps").read_text(), (proc / "status").read_text()
     except OSError:
         return MemoryMap()
     threads = len(os.listdir(proc / "task"))
-    in_use = malloc_in_use() if pid is None else None
-    return MemoryMap(rss_by_mapping(smaps), in_use, threads, rss_kinds(status))
+    return MemoryMap(rss_by_mapping(smaps), malloc_in_use(), threads, rss_kinds(status))
 
 
 def growth_lines(before: MemoryMap, after: MemoryMap, calls: int, top: int = 6) -> list[str]:
@@ -97,6 +96,3 @@ def growth_lines(before: MemoryMap, after: MemoryMap, calls: int, top: int = 6) 
                      + f" MiB; the mappings' sum {mapped:+.1f} MiB")  # fmt: skip
     lines.append(f"   threads: {before.threads} -> {after.threads}")
     return lines
-
-
-__all__ = ["MemoryMap", "growth_lines", "mapping_name", "read_map", "rss_by_mapping"]
