@@ -7,6 +7,7 @@ starts with a clean CUDA state and can be replaced without restarting the UI.
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing as mp
 import os
@@ -18,6 +19,7 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from voicelab.backends.base import AudioChunk
+from voicelab.backends.threaded import ReusedThreads
 from voicelab.engine.memory import use_device_in_this_thread
 from voicelab.engine.messages import (
     ChunkReady,
@@ -105,28 +107,32 @@ def worker_main(conn: Connection, settings: Settings) -> None:
 
 
 class _JobRunner:
-    """Runs each job message: in the serving loop, one at a time, or (a backend with ``concurrent_jobs`` > 1) in a
-    thread of its own, so later jobs join while earlier ones run. The between-job hygiene runs when no job is
-    left running, before another may start; a control waits until then (the client also sends none meanwhile)."""
+    """Runs each job message: in the serving loop, one at a time, or (a backend with ``concurrent_jobs`` > 1) on
+    one of that many reused threads, so later jobs join while earlier ones run. The between-job hygiene runs when
+    no job is left running, before another may start; a control waits until then (the client also sends none
+    meanwhile).
+
+    Reused, not a new thread per job (``ReusedThreads``): PyTorch keeps cuDNN's execution plans per thread."""
 
     def __init__(self, core: EngineCore, sender: _Sender) -> None:
         self.core, self.sender = core, sender
-        self.concurrent = core.capabilities.concurrent_jobs > 1
+        workers = core.capabilities.concurrent_jobs
+        setup = functools.partial(use_device_in_this_thread, core.device)
+        self.threads = ReusedThreads("voicelab-job", setup) if workers > 1 else None
         self.running = 0
         self.idle = threading.Condition()
 
     def submit(self, requests: tuple[SynthesisRequest, ...]) -> None:
-        if not self.concurrent:
+        if self.threads is None:
             _run_jobs(self.core, self.sender, requests)
             self._after_jobs()
             return
         with self.idle:
             self.running += 1
-        threading.Thread(target=self._run, args=(requests,), name="voicelab-job", daemon=True).start()
+        self.threads.run(functools.partial(self._run, requests))
 
     def _run(self, requests: tuple[SynthesisRequest, ...]) -> None:
         try:
-            use_device_in_this_thread(self.core.device)
             _run_jobs(self.core, self.sender, requests)
         finally:
             with self.idle:

@@ -35,7 +35,7 @@ from voicelab.backends.cosyvoice.features import PROMPT_RATE, SpeakerEntry
 from voicelab.backends.cosyvoice.modes import ModePlan, plan_mode, segment_text
 from voicelab.backends.cosyvoice.preflight import model_dir_of, preflight
 from voicelab.backends.cosyvoice.upstream import UpstreamRuntime, load_runtime, model_version
-from voicelab.backends.threaded import concurrent_events
+from voicelab.backends.threaded import ReusedThreads, concurrent_events
 from voicelab.errors import BackendLoadError, InvalidPromptError, InvalidTextError
 from voicelab.lru import BoundedLRU
 from voicelab.settings import Settings
@@ -101,6 +101,7 @@ class CosyVoiceBackend:
         self.speakers: BoundedLRU[SpeakerEntry] = BoundedLRU(config.speaker_cache)
         self._speaker_lock = threading.Lock()
         self.default_prompt = default_prompt()
+        self.request_threads = ReusedThreads("voicelab-request")  # see its docstring
 
     @property
     def capabilities(self) -> Capabilities:
@@ -178,8 +179,9 @@ class CosyVoiceBackend:
         yield guard(whole, halves)
 
     def synthesize_batch(self, requests: Sequence[SpeechRequest], guard: MemoryGuard) -> Iterator[BatchEvent]:
-        """The engine's micro-batch: each request in its own thread through ``synthesize``; their LLM steps join
-        the shared decode batch. Each thread keeps the caller's grad mode and CUDA device (both per thread)."""
+        """The engine's micro-batch: each request on a thread of its own (reused) through ``synthesize``; their LLM
+        steps join the shared decode batch. Each request keeps the caller's grad mode and CUDA device (both per
+        thread)."""
         inference = torch.is_inference_mode_enabled()
         device = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
 
@@ -190,7 +192,8 @@ class CosyVoiceBackend:
             with torch.inference_mode(inference):
                 yield
 
-        return concurrent_events(requests, lambda request: self.synthesize(request, guard), thread_context)
+        synthesize = functools.partial(self.synthesize, guard=guard)
+        return concurrent_events(requests, synthesize, thread_context, self.request_threads)
 
     def graph_buckets(self) -> tuple[GraphBucket, ...]:
         """The flow estimator's CUDA graph buckets so far (the panel lists them; none off CUDA)."""
