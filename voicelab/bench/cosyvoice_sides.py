@@ -202,7 +202,9 @@ def _soak(service: Any, engine: Any, jobs: list[Job]) -> tuple[list, list[Sample
         peaks.append(result.peak_allocated_bytes)
         if (index + 1) % WINDOW == 0:
             samples.append(_engine_sample(engine, (index + 1) // WINDOW))
-            print(f"  voicelab: {index + 1} of {len(jobs)} requests", flush=True)  # progress on a long run
+            latest = samples[-1]  # as it goes: a run cut short by its time limit still tells its memory
+            print(f"  voicelab: {index + 1} of {len(jobs)} requests; allocated {latest.allocated / 2**20:.1f}, "
+                  f"reserved {latest.reserved / 2**20:.0f}, rss {latest.rss / 2**20:.0f} MiB", flush=True)  # fmt: skip
     return rows, samples, peaks
 
 
