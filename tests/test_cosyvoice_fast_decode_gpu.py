@@ -161,12 +161,13 @@ def test_a_batch_of_different_requests_equals_each_run_alone(llm: Any) -> None:
 
 
 def test_the_driver_steps_on_its_own_stream_and_waits_for_a_prompt_made_on_another(llm: Any) -> None:
-    """The batcher's steps leave the default stream to the flow and vocoder; a prompt written on the caller's
-    stream behind ~0.1 s of device work is still read whole (the event hand-over), so the tokens are the same."""
+    """With ``own_stream`` (the ``decode_stream=on`` option) the batcher's steps leave the default stream to the
+    flow and vocoder; a prompt written on the caller's stream behind ~0.1 s of device work is still read whole
+    (the event hand-over), so the tokens are the same."""
     from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher
 
     base = torch.randn(1, 80, llm.llm_input_size, device="cuda") * 0.05
-    batcher = DecodeBatcher(llm, BatchConfig(slots=2, capacity=1024))
+    batcher = DecodeBatcher(llm, BatchConfig(slots=2, capacity=1024, own_stream=True))
     try:
         assert batcher.stream is not None and batcher.stream != torch.cuda.default_stream()
         expected = list(batcher.decode(base.clone(), 8, 24, seed=7))

@@ -38,7 +38,7 @@ class Settings:
     max_upload_mb: int = 50
     auto_clean: bool = True
     auto_clean_cached_share: float = 0.25  # clean when cached-free exceeds this share of the device
-    auto_clean_cached_mib: float = 1024.0  # ... or this much (a large GPU's share is never reached)
+    auto_clean_cached_mib: float = 768.0  # ... or this much (a large GPU's share is never reached; HygienePolicy)
     auto_clean_fragmentation: float = 0.5
     idle_offload_minutes: float = 0.0  # 0 disables offloading an idle model
     leak_warn_mib: float = 64.0

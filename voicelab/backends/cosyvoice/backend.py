@@ -233,7 +233,7 @@ def create(settings: Settings) -> CosyVoiceBackend:
         decode = DecodeChoice.parse(
             settings.backend_option("fast_decode", "auto"), settings.backend_option("decode_slots", "1")
         )
-        decode = replace(decode, own_stream=_on_off(settings, "decode_stream"))
+        decode = replace(decode, own_stream=_on_off(settings, "decode_stream", default="off"))
         flow_graphs, flow_tf32 = (_on_off(settings, name) for name in ("flow_graphs", "flow_tf32"))
     except ValueError as exc:
         raise BackendLoadError(f"CosyVoice backend option: {exc}.") from exc
@@ -246,9 +246,9 @@ def create(settings: Settings) -> CosyVoiceBackend:
     return CosyVoiceBackend(config, load)
 
 
-def _on_off(settings: Settings, name: str) -> bool:
-    """A backend option that is ``on`` (the default) or ``off``; ``ValueError`` with one sentence otherwise."""
-    value = settings.backend_option(name, "on")
+def _on_off(settings: Settings, name: str, default: str = "on") -> bool:
+    """A backend option that is ``on`` or ``off``; ``ValueError`` with one sentence otherwise."""
+    value = settings.backend_option(name, default)
     if value not in ("on", "off"):
         raise ValueError(f"{name} must be on or off, not {value!r}")
     return value == "on"

@@ -8,12 +8,12 @@ and advances the rest with one (graph-replayed) step over all slots. Each reques
 (seeded from the default generator when it arrives), so a request's tokens do not depend on who it shares a step
 with: a batch of requests equals each run alone.
 
-On CUDA the driver works on a stream of its own, as upstream runs each ``llm_job`` under its own LLM stream.
-On the default stream its steps and the flow and vocoder of other requests (run by their job threads) queue
-behind one another: a streamed request's first vocoder call waits for decode steps, and each step's sampling
-for the vocoder (session 10, H200: HiFT's first call took 87-123 ms in the worker, 28-37 ms in-process, 16-29 ms
-in the first requests after loading). A request's prompt embedding, made on its caller's stream, is handed over
-with an event.
+With ``own_stream`` the driver works on a CUDA stream of its own, as upstream runs each ``llm_job`` under its own
+LLM stream, and a request's prompt embedding, made on its caller's stream, is handed over with an event. Off by
+default: on the H200 (session 11) it saved no first-audio time once jobs ran on reused threads (in a long-lived
+thread 0.235 s with it, 0.232 s without; the worker's slow first vocoder call of session 10 was cuDNN replanning
+in a new thread per job, not the shared stream), and it held ~90-110 MiB more reserved memory (4,680 against
+4,592 MiB over the same 60 requests), since the caching allocator keeps each stream's freed blocks apart.
 """
 
 from __future__ import annotations
@@ -55,14 +55,14 @@ class _Request:
 class BatchConfig:
     """slots: requests decoded together at most (the cache holds ``slots`` x ``capacity`` positions).
     shrink_rows: see ``StepRunner`` (off: a batch equals each run alone, bit for bit).
-    own_stream: on CUDA, the driver's steps on a stream of their own (off: the default stream, for the A/B)."""
+    own_stream: on CUDA, the driver's steps on a stream of their own (off, the default: the default stream)."""
 
     slots: int = 8
     capacity: int = 2048
     graphs: bool = True
     mask_stops: bool = False
     shrink_rows: bool = False
-    own_stream: bool = True
+    own_stream: bool = False
 
 
 class DecodeBatcher:

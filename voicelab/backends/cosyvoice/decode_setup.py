@@ -16,11 +16,12 @@ MODES = ("auto", "on", "off")
 class DecodeChoice:
     """mode: "auto" (fast on CUDA, upstream's loop elsewhere), "on" or "off". slots: requests decoded together
     (1: one at a time, a second concurrent request runs upstream's loop; more: continuous batching). own_stream:
-    the backend option ``decode_stream`` (off: the batcher steps on the default stream, as before session 10)."""
+    the backend option ``decode_stream`` (off by default: the batcher steps on the default stream; see
+    ``batch_decode``)."""
 
     mode: str = "auto"
     slots: int = 1
-    own_stream: bool = True  # the batcher's steps on a CUDA stream of their own (``batch_decode.py``)
+    own_stream: bool = False  # the batcher's steps on a CUDA stream of their own (``batch_decode.py``)
 
     @classmethod
     def parse(cls, mode: str, slots: str) -> DecodeChoice:
