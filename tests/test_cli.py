@@ -179,3 +179,20 @@ def test_synth_takes_the_backends_load_options_and_says_so_in_its_help(tmp_path:
     bad = synth("b.wav", "decode_slots=two")
     assert bad.returncode == 2 and not (tmp_path / "b.wav").exists()
     assert bad.stderr.strip().count("\n") == 0 and "'two'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_benchmarks_help_lists_its_own_flags_and_cosyvoice_is_sent_to_its_side_by_side(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``bench soak --help`` used to print only the list of benchmarks; ``bench soak --backend cosyvoice`` ended in a
+    traceback (the soak has no model-directory flag): CosyVoice's soak is ``bench cosyvoice``, beside upstream."""
+    from voicelab.cli import main
+
+    with pytest.raises(SystemExit) as shown:
+        main(["bench", "soak", "--help"])
+    assert shown.value.code == 0 and "--requests" in capsys.readouterr().out
+    for name in ("soak", "throughput"):
+        with pytest.raises(SystemExit) as refused:
+            main(["bench", name, "--backend", "cosyvoice"])
+        err = capsys.readouterr().err
+        assert refused.value.code == 2 and "python -m voicelab bench cosyvoice --model-dir DIR" in err

@@ -141,9 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _synth_parser(sub)
-    bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
+    # no -h of their own: ``bench soak --help`` reaches the benchmark's parser, which lists its flags
+    bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios", add_help=False)
     bench.add_argument("name", choices=sorted(BENCHMARKS))
-    evaluate = sub.add_parser("eval", help="evaluations")
+    evaluate = sub.add_parser("eval", help="evaluations", add_help=False)
     evaluate.add_argument("name", choices=sorted(EVALUATIONS))
     args, rest = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

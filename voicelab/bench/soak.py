@@ -27,6 +27,12 @@ from typing import Any
 
 from voicelab.bench.soak_report import SoakResult, Window, print_report
 
+# CosyVoice's soak and throughput are one run beside upstream's webui (``bench cosyvoice``), not these benchmarks'
+COSYVOICE_ELSEWHERE = (
+    "CosyVoice's soak and throughput run side by side with upstream in one command: python -m voicelab bench "
+    "cosyvoice --model-dir DIR --code UPSTREAM_CHECKOUT (its flags: python -m voicelab bench cosyvoice --help)"
+)
+
 CORPUS = (
     "The old lighthouse keeper climbed the spiral stairs every evening at dusk. "
     "Rain drummed on the tin roof while the kettle began to sing. "
@@ -287,6 +293,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--p95-ratio", type=float, default=1.10, help="goal: p95 latency last window ÷ first")
     parser.add_argument("--parallel", action="store_true", help="run managed and naive at the same time")
     args = parser.parse_args(argv)
+    if args.backend == "cosyvoice":
+        parser.error(COSYVOICE_ELSEWHERE)
     if args.requests < 2 * args.window:
         parser.error(f"--requests must be at least {2 * args.window} to compare the first and last window")
     return args

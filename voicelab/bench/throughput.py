@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voicelab.bench.soak import CORPUS
+from voicelab.bench.soak import CORPUS, COSYVOICE_ELSEWHERE
 from voicelab.engine.client import EngineClient
 from voicelab.engine.messages import AllocatorStats, SynthesisRequest
 from voicelab.settings import from_environment
@@ -209,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prompt", type=Path, default=DEFAULT_PROMPT, help="the voice prompt for --clone")
     parser.add_argument("--window-ms", type=float, default=None, help="the batched mode's window (default: settings)")
     args = parser.parse_args(argv)
+    if args.backend == "cosyvoice":
+        parser.error(COSYVOICE_ELSEWHERE)
     args.concurrency = sorted({int(c) for c in args.concurrency.split(",") if c.strip()})
     base = replace(from_environment(), device=args.device, dtype=args.dtype, backend=args.backend)
     base = replace(base, queue_size=max(base.queue_size, 2 * max(args.concurrency)), job_timeout_s=600.0)
