@@ -307,3 +307,19 @@ def test_decode_stream_option_is_on_or_off_in_one_sentence() -> None:
     ):
         create(Settings(backend="cosyvoice", backend_options="decode_slots=4,decode_stream=x"))
     assert not DecodeChoice().own_stream and "decode_stream=on|off" in HELP["backend_options"]
+
+
+def test_the_panel_gets_the_llm_step_graphs_beside_the_flow_buckets(tmp_path: Path) -> None:
+    """Issue 16: the graph pools' memory on the panel, the decode path's as well as the flow's; none on the CPU."""
+    from types import SimpleNamespace
+
+    from voicelab.backends.base import GraphBucket
+
+    b = backend(tmp_path)
+    assert b.graph_buckets() == ()  # upstream's loop on the CPU, no flow graphs
+    step = GraphBucket("llm step", 1, 256, 80 << 20, 20.0, 2.5, kept=True)
+    flow = GraphBucket("flow estimator", 2, 256, 40 << 20, 31.0, 7.0, kept=True)
+    assert b.runtime is not None
+    b.runtime.decoder = SimpleNamespace(runner=SimpleNamespace(reports=[step]))
+    b.runtime.flow_graphs = SimpleNamespace(reports=[flow])  # type: ignore[assignment]
+    assert b.graph_buckets() == (step, flow)

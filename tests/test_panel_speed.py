@@ -40,3 +40,15 @@ def test_the_speed_line_shows_first_audio_batches_and_the_graph_buckets_kept_wit
 
 def test_without_jobs_or_graphs_the_speed_line_is_empty() -> None:
     assert speed_line(status_with(None, ())) == ""
+
+
+def test_a_stage_with_many_graphs_is_counted_and_the_llm_steps_memory_is_in_the_total() -> None:
+    """CosyVoice with 16 decode slots captures 25 step graphs (5 row counts x 5 lengths) beside the flow's buckets."""
+    steps = tuple(
+        GraphBucket("llm step", rows, length, (80 << 20) if rows == length == 1 else 0, 20.0, 2.5, kept=True)
+        for rows in (1, 2, 4, 8, 16)
+        for length in (1, 2, 3, 4, 5)
+    )
+    flow = (GraphBucket("flow estimator", 2, 256, 40 << 20, 7.0, 30.0, kept=False),)
+    line = speed_line(status_with(None, steps + flow))
+    assert "CUDA graphs 25/26 kept (llm step 25 shapes) · 120" in line and "MiB" in line

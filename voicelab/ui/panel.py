@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import gradio as gr
 from PIL import Image
 
+from voicelab.backends.base import GraphBucket
 from voicelab.engine.api import Engine
 from voicelab.engine.messages import AllocatorStats, CleanReport
 from voicelab.engine.status import EngineStatus, QueueView, RestartReport
@@ -167,10 +168,18 @@ def speed_line(status: EngineStatus) -> str:
         )
     if status.graphs:
         kept = [b for b in status.graphs if b.kept]
-        shapes = ", ".join(f"{b.stage} {b.rows}x{b.length}" for b in kept) or "none faster than eager"
         memory = format_bytes(sum(b.bytes for b in status.graphs))
-        parts.append(f"CUDA graphs {len(kept)}/{len(status.graphs)} kept ({shapes}) · {memory}")
+        parts.append(f"CUDA graphs {len(kept)}/{len(status.graphs)} kept ({_graph_shapes(kept)}) · {memory}")
     return " · ".join(parts)
+
+
+def _graph_shapes(kept: list[GraphBucket]) -> str:
+    """Each stage's kept shapes (rows x length), or their count where a stage has many (the LLM's 25 steps)."""
+    stages: dict[str, list[str]] = {}
+    for bucket in kept:
+        stages.setdefault(bucket.stage, []).append(f"{bucket.rows}x{bucket.length}")
+    return ", ".join(f"{stage} {' '.join(shapes)}" if len(shapes) <= 4 else f"{stage} {len(shapes)} shapes"
+                     for stage, shapes in stages.items()) or "none faster than eager"  # fmt: skip
 
 
 class ResourcePanel:

@@ -196,9 +196,14 @@ class CosyVoiceBackend:
         return concurrent_events(requests, synthesize, thread_context, self.request_threads)
 
     def graph_buckets(self) -> tuple[GraphBucket, ...]:
-        """The flow estimator's CUDA graph buckets so far (the panel lists them; none off CUDA)."""
-        graphs = self.runtime.flow_graphs if self.runtime is not None else None
-        return tuple(graphs.reports) if graphs is not None else ()
+        """The LLM's decode-step graphs and the flow estimator's graph buckets so far, each with the memory its
+        capture added (the panel lists them; none off CUDA)."""
+        if self.runtime is None:
+            return ()
+        runner = getattr(self.runtime.decoder, "runner", None)
+        steps = tuple(runner.reports) if runner is not None else ()
+        graphs = self.runtime.flow_graphs
+        return steps + (tuple(graphs.reports) if graphs is not None else ())
 
     def release_graphs(self) -> int:
         """Clean cache: drop the flow estimator's graphs (captured again when no request runs)."""

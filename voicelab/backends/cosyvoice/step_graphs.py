@@ -16,8 +16,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from voicelab.backends.base import GraphBucket
 from voicelab.backends.cosyvoice.kv_cache import StaticKvCache, fit
 from voicelab.backends.cosyvoice.static_qwen import StaticQwen
+from voicelab.backends.cuda_graphs import device_ms
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +41,13 @@ class StepRunner:
         self.positions = torch.zeros(cache.slots, dtype=torch.long, device=device)
         self.logp = torch.zeros(cache.slots, vocabulary, dtype=cache.keys.dtype, device=device)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (rows, length bucket) -> graph
+        self.reports: list[GraphBucket] = []  # one per graph, for the panel: its memory, eager and replay ms
         if graphs and device.type == "cuda":
             try:
                 self._capture_all()
             except RuntimeError as exc:  # e.g. a kernel that cannot be captured: keep the same steps, eagerly
                 self.graphs.clear()
+                self.reports.clear()
                 torch.cuda.synchronize()
                 log.warning("CUDA graph capture failed, decoding eagerly on the static cache: %s", exc)
 
@@ -86,13 +90,19 @@ class StepRunner:
             for rows, length in shapes:
                 self._eager(rows, length)  # warm-up: kernels chosen, workspaces allocated outside the graphs
         torch.cuda.current_stream().wait_stream(side)
-        pool = None
+        pool, added = None, {}
         for shape in shapes:
+            allocated = torch.cuda.memory_allocated()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
                 self._eager(*shape)
             pool = graph.pool()
             self.graphs[shape] = graph
+            added[shape] = torch.cuda.memory_allocated() - allocated  # the shared pool: most in the first
         torch.cuda.synchronize()
+        for (rows, length), graph in self.graphs.items():  # kept whatever the timing: the static cache needs them
+            eager_ms = device_ms(lambda: self._eager(rows, length))  # noqa: B023 (called at once)
+            self.reports.append(GraphBucket("llm step", rows, length, added[rows, length], eager_ms,
+                                            device_ms(graph.replay), kept=True))  # fmt: skip
         log.info("captured %d decode-step graphs (rows %s x lengths %s)", len(shapes), self.row_buckets,
                  self.cache.buckets)  # fmt: skip
