@@ -77,14 +77,6 @@ def test_a_failing_job_leaves_its_thread_serving(caplog: pytest.LogCaptureFixtur
     assert seen == [threads.threads[0]]
 
 
-def test_closed_threads_end() -> None:
-    threads = ReusedThreads("test")
-    _run_and_wait(threads, lambda: None)
-    threads.close()
-    threads.threads[0].join(10)
-    assert not threads.threads[0].is_alive()
-
-
 @dataclass
 class _Core:
     """What ``_JobRunner`` reads of ``EngineCore``: capabilities, device, run_batch, after_job."""

@@ -49,12 +49,6 @@ class ReusedThreads:
             self.threads.append(thread)
             thread.start()
 
-    def close(self) -> None:
-        """Each thread ends after the work queued before this call."""
-        with self._lock:
-            for _ in self.threads:
-                self._work.put(None)
-
     def _serve(self) -> None:
         self.setup()
         while (work := self._work.get()) is not None:
