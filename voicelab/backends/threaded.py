@@ -28,13 +28,13 @@ class ReusedThreads:
 
     Reused because PyTorch keeps state per thread that is costly to rebuild: cuDNN's execution plans are
     ``thread_local`` in its v8 convolution path, so a fresh thread plans every convolution shape again (on the
-    H200, CosyVoice's first vocoder call took 67-90 ms in a new thread per job, 20-30 in a long-lived one).
+    H200, CosyVoice's first vocoder call took 67-125 ms in a new thread per job, 16-34 in reused ones).
     Daemon threads, unlike ``ThreadPoolExecutor``'s: work stuck on the device must not keep a worker process
     alive once its parent has gone. ``setup`` runs once in each thread before its first work."""
 
     def __init__(self, name: str, setup: Callable[[], object] = lambda: None) -> None:
         self.name, self.setup = name, setup
-        self._work: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
         self.threads: list[threading.Thread] = []
@@ -51,7 +51,8 @@ class ReusedThreads:
 
     def _serve(self) -> None:
         self.setup()
-        while (work := self._work.get()) is not None:
+        while True:
+            work = self._work.get()
             try:
                 work()
             except Exception:  # the work reports its own failures; this thread must live on
@@ -74,11 +75,11 @@ def concurrent_events(
 
     def work(index: int, request: SpeechRequest) -> None:
         try:
-            _one(index, request)
+            run_one(index, request)
         finally:
             finished[index].set()
 
-    def _one(index: int, request: SpeechRequest) -> None:
+    def run_one(index: int, request: SpeechRequest) -> None:
         try:
             with thread_context():
                 chunks = synthesize(request)
