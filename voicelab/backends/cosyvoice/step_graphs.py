@@ -100,7 +100,7 @@ class StepRunner:
             self.graphs[shape] = graph
             added[shape] = torch.cuda.memory_allocated() - allocated  # the shared pool: most in the first
         torch.cuda.synchronize()
-        for (rows, length), graph in self.graphs.items():  # kept whatever the timing: the static cache needs them
+        for (rows, length), graph in self.graphs.items():  # all kept (timed for the panel): one launch per token
             eager_ms = device_ms(lambda: self._eager(rows, length))  # noqa: B023 (called at once)
             self.reports.append(GraphBucket("llm step", rows, length, added[rows, length], eager_ms,
                                             device_ms(graph.replay), kept=True))  # fmt: skip
