@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llm-threads", choices=("new", "pooled"), default="new", help="per request, or reused")
     parser.add_argument("--phases", default=",".join(PHASES), help="which of " + ", ".join(PHASES))
     args = parser.parse_args(argv)
+    keys = tuple(key.strip() for key in args.phases.split(",") if key.strip())
+    if unknown := [key for key in keys if key not in PHASES]:
+        parser.error(f"unknown phase {unknown[0]!r}; choose from " + ", ".join(PHASES))
     settings = engine_settings(args)
     core = EngineCore(settings)
     if args.no_scores:
@@ -95,9 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         core.backend.runtime.llm_threads = PooledThreads(16)  # type: ignore[attr-defined]
     client = InprocClient(settings, core)
     service = GenerationService(client, None, settings)
-    keys = tuple(key.strip() for key in args.phases.split(",") if key.strip())
-    if unknown := [key for key in keys if key not in PHASES]:
-        parser.error(f"unknown phase {unknown[0]!r}; choose from " + ", ".join(PHASES))
     jobs = workload(3 * args.phase + 10, 200, Path(tempfile.mkdtemp()))
 
     def generate(job: Any) -> None:
