@@ -41,7 +41,7 @@ class StepRunner:
         self.positions = torch.zeros(cache.slots, dtype=torch.long, device=device)
         self.logp = torch.zeros(cache.slots, vocabulary, dtype=cache.keys.dtype, device=device)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (rows, length bucket) -> graph
-        self.reports: list[GraphBucket] = []  # one per graph, for the panel: its memory, eager and replay ms
+        self.reports: list[GraphBucket] = []  # one per graph, for the panel: its memory, warm-up (eager) and replay ms
         if graphs and device.type == "cuda":
             try:
                 self._capture_all()
@@ -86,9 +86,14 @@ class StepRunner:
         shapes = [(rows, length) for rows in self.row_buckets for length in self.cache.buckets]
         side = torch.cuda.Stream(device=self.cache.keys.device)
         side.wait_stream(torch.cuda.current_stream())
+        events = {
+            shape: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for shape in shapes
+        }
         with torch.cuda.stream(side):
-            for rows, length in shapes:
-                self._eager(rows, length)  # warm-up: kernels chosen, workspaces allocated outside the graphs
+            for shape in shapes:  # warm-up: kernels chosen, workspaces allocated outside the graphs; timed as eager
+                events[shape][0].record()
+                self._eager(*shape)
+                events[shape][1].record()
         torch.cuda.current_stream().wait_stream(side)
         pool, added = None, {}
         for shape in shapes:
@@ -101,7 +106,7 @@ class StepRunner:
             added[shape] = torch.cuda.memory_allocated() - allocated  # the shared pool: most in the first
         torch.cuda.synchronize()
         for (rows, length), graph in self.graphs.items():  # all kept (timed for the panel): one launch per token
-            eager_ms = device_ms(lambda: self._eager(rows, length))  # noqa: B023 (called at once)
+            eager_ms = events[rows, length][0].elapsed_time(events[rows, length][1])  # its warm-up call
             self.reports.append(GraphBucket("llm step", rows, length, added[rows, length], eager_ms,
                                             device_ms(graph.replay), kept=True))  # fmt: skip
         log.info("captured %d decode-step graphs (rows %s x lengths %s)", len(shapes), self.row_buckets,
