@@ -216,6 +216,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--stream-chars", type=int, default=200, help="streamed requests' text length (0: as drawn)")
     parser.add_argument("--throughput-requests", type=int, default=8, help="per client count (at least 2 each)")
     parser.add_argument("--skip-upstream", action="store_true")
+    parser.add_argument(
+        "--upstream-first", action="store_true",
+        help="run upstream's side first: a run cut short by a time limit still has both sides' memory",
+    )  # fmt: skip
     parser.add_argument("--upstream-requests", type=int, default=0, help="upstream runs the first N only (0: all)")
     parser.add_argument("--side-timeout-s", type=float, default=1800.0)
     parser.add_argument("--json", type=Path)
@@ -243,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         chars = [len(job.text) for job in jobs]
         print(f"workload: {len(jobs)} requests, {min(chars)}-{max(chars)} characters (mean {np.mean(chars):.0f})")
         sides = [("voicelab", run_voicelab)] + ([] if args.skip_upstream else [("upstream (webui)", run_upstream)])
+        sides = sides[::-1] if args.upstream_first else sides
         for label, side in sides:
             count = args.upstream_requests if side is run_upstream and args.upstream_requests else len(jobs)
             results[label] = _in_process(side, args, jobs[:count])

@@ -97,13 +97,19 @@ def throughput(call: Callable[[Job], float], jobs: Sequence[Job], clients: int, 
 
 
 def _throughputs(
-    call: Callable[[Job], float], counts: Sequence[int], per_count: int, jobs: Sequence[Job], limit: int | None
+    side: str,
+    call: Callable[[Job], float],
+    counts: Sequence[int],
+    per_count: int,
+    jobs: Sequence[Job],
+    limit: int | None,
 ) -> list:
-    """Throughput at each client count, at least ``per_count`` requests (two per client) each."""
+    """Throughput at each client count, at least ``per_count`` requests (two per client) each; printed as it goes."""
     rows = []
     for clients in counts:
         count = max(per_count, 2 * clients)
         rows.append(throughput(call, [jobs[i % len(jobs)] for i in range(count)], clients, limit))
+        print(f"  {side}: {clients} clients, {rows[-1]['requests_per_s']:.2f} req/s", flush=True)
     return rows
 
 
@@ -119,12 +125,15 @@ def run_upstream(args: argparse.Namespace, jobs: list[Job], short: list[Job], co
         rows.append((latency, first, len(audio) / 24000))
         if (index + 1) % WINDOW == 0:
             samples.append(_torch_sample((index + 1) // WINDOW))
+            latest = samples[-1]
+            print(f"  upstream: {index + 1} of {len(jobs)} requests; allocated {latest.allocated / 2**20:.1f}, "
+                  f"reserved {latest.reserved / 2**20:.0f} MiB", flush=True)  # fmt: skip
 
     def call(job: Job) -> float:
         return len(run_naive(model, job.text, job.transcript, job.prompt, job.seed)[0]) / 24000
 
     counts = args.upstream_clients or args.clients  # its webui serves two at once: more clients only wait
-    served = _throughputs(call, counts, args.throughput_requests, short, WEBUI_CONCURRENCY)
+    served = _throughputs("upstream", call, counts, args.throughput_requests, short, WEBUI_CONCURRENCY)
     conn.send({"load_s": load_s, "rows": rows, "samples": [asdict(s) for s in samples], "throughput": served})
 
 
@@ -223,12 +232,14 @@ def run_voicelab(args: argparse.Namespace, jobs: list[Job], short: list[Job], co
         for job, cached in stream_jobs(jobs[: args.stream_requests], args.stream_chars):
             result = service.generate(_request(job, stream=True)).first.result
             streamed.append((result.latency_s, result.first_audio_s, result.duration_s, float(cached)))
+            print(f"  voicelab streamed ({'cached' if cached else 'new'} voice): first audio "
+                  f"{result.first_audio_s:.3f} s of {result.duration_s:.1f} s", flush=True)  # fmt: skip
 
         def call(job: Job) -> float:
             return float(service.generate(_request(job, stream=False)).first.result.duration_s)
 
         try:
-            served = _throughputs(call, args.clients, args.throughput_requests, short, None)
+            served = _throughputs("voicelab", call, args.clients, args.throughput_requests, short, None)
         except Exception as exc:  # the soak's figures above still stand; say what broke
             print(f"  voicelab throughput failed: {type(exc).__name__}: {exc}", flush=True)
             served = []
