@@ -107,6 +107,28 @@ def test_leak_watch_fires_after_growth_beyond_the_bound_and_not_before() -> None
     assert watch.observe(stats(allocated=600 * MiB)) is not None
 
 
+def test_memory_that_comes_with_new_threads_is_not_a_leak_but_growth_between_them_is() -> None:
+    """Session 12 on the H200: 8 then 16 clients at once started new job threads, each with its own cuBLAS
+    workspace (33 MiB), and allocated between jobs rose 3694 -> 4288 -> 4842 MiB; the watch called it a leak."""
+    watch = LeakWatch(bound_bytes=64 * MiB, warmup_jobs=2)
+    for _ in range(2):
+        watch.observe(stats(allocated=3694 * MiB), threads=6)
+    for _ in range(200):  # the sequential soak: no new threads, flat
+        assert watch.observe(stats(allocated=3694 * MiB), threads=6) is None
+    assert watch.observe(stats(allocated=4288 * MiB), threads=22) is None  # 8 clients: 16 new threads
+    assert watch.observe(stats(allocated=4842 * MiB), threads=38) is None  # 16 clients
+    assert watch.baseline == 4842 * MiB
+    assert watch.observe(stats(allocated=4842 * MiB), threads=30) is None  # fewer alive later: nothing moves
+    leak = watch.observe(stats(allocated=4942 * MiB), threads=38)  # grown with no thread more than ever: warned
+    assert leak is not None and leak.growth_bytes == 100 * MiB
+
+
+def test_without_a_thread_count_the_watch_is_as_before() -> None:
+    watch = LeakWatch(bound_bytes=64 * MiB, warmup_jobs=1)
+    watch.observe(stats(allocated=3694 * MiB))
+    assert watch.observe(stats(allocated=4288 * MiB)) is not None
+
+
 def test_leak_watch_restarts_its_warm_up_after_reset() -> None:
     watch = LeakWatch(bound_bytes=MiB, warmup_jobs=2)
     watch.observe(stats(allocated=10 * MiB))

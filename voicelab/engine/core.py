@@ -9,6 +9,7 @@ import functools
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -372,9 +373,10 @@ class EngineCore:
         """Hygiene between jobs: freed host heap back to the OS, clean when the policy says so; feed the watches."""
         heap.trim_after_job(self.heap_policy)
         stats = self._job_monitor.sample()
-        warning = self.leak_watch.observe(stats)
+        threads = threading.active_count()  # a new thread's own memory is not a leak (``GrowthWatch``)
+        warning = self.leak_watch.observe(stats, threads)
         self._device_leak = warning.message if warning is not None else self._device_leak
-        host = self.rss_watch.observe(stats.worker_rss)
+        host = self.rss_watch.observe(stats.worker_rss, threads)
         self.leak_warning = " ".join(m for m in (self._device_leak, host and host.message) if m) or None
         reason = self.hygiene.should_clean(stats, memory.device_total(self.device), self._last_auto_clean)
         if reason is None:
