@@ -144,3 +144,17 @@ def test_history_survives_a_server_shutdown_that_clears_gradios_cache(tmp_path: 
     assert entry.audio_path.exists() and entry.audio_path.with_suffix(".json").exists()
     assert History(serving_paths(settings).history).entries()[0].entry_id == entry.entry_id
     assert not any(copy.exists() for copy in copies)  # only Gradio's copies went
+
+
+def test_a_generation_refreshes_history_through_the_filter_the_tab_shows(served: Served) -> None:
+    """Each Generate button refreshes History when it succeeds. Without the filter as its input, a generation that
+    ended after the user had filtered the tab replaced the filtered list with every entry (seen as a browser-test
+    failure under load, session 12: the count read "2 saved generations" under a filter that matched one)."""
+    config = httpx.get(f"{served.url}/config", timeout=10).json()
+    elem = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
+    count = next(i for i, e in elem.items() if e == "history-count")
+    query = next(i for i, e in elem.items() if e == "history-filter")
+    listings = [d for d in config["dependencies"] if count in d["outputs"]]
+    after_generation = [d for d in listings if d.get("trigger_after") is not None and d.get("trigger_only_on_success")]
+    assert len(after_generation) == 3, after_generation
+    assert all(d["inputs"] == [query] for d in after_generation), [d["inputs"] for d in after_generation]

@@ -372,8 +372,7 @@ class EngineCore:
     def after_job(self) -> CleanReport | None:
         """Hygiene between jobs: freed host heap back to the OS, clean when the policy says so; feed the watches."""
         heap.trim_after_job(self.heap_policy)
-        stats = self._job_monitor.sample()
-        threads = threading.active_count()  # a new thread's own memory is not a leak (``GrowthWatch``)
+        stats, threads = self._job_monitor.sample(), threading.active_count()  # new threads' memory: GrowthWatch
         warning = self.leak_watch.observe(stats, threads)
         self._device_leak = warning.message if warning is not None else self._device_leak
         host = self.rss_watch.observe(stats.worker_rss, threads)

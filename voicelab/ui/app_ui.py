@@ -127,7 +127,8 @@ def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings)
 
 
 def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> None:
-    """The three Generate buttons, each refreshing History when it succeeds."""
+    """The three Generate buttons, each refreshing History when it succeeds, through the filter the History tab
+    shows (without it, a generation that ended after the user filtered replaced the filtered list with every entry)."""
     limit: dict[str, Any] = {"concurrency_limit": settings.queue_size + GENERATE_CONCURRENCY_HEADROOM}
     limit["concurrency_id"] = "generate"
     speak, clone, design, history = views.speak, views.clone, views.design, views.history
@@ -139,7 +140,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         api_name="speak",
         preprocess=False,
         **limit,
-    ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
+    ).success(handlers.history.refresh, inputs=history.query, outputs=history.listing, **QUIET)
     gr.on(
         [clone.generate.click],
         handlers.studio.clone,
@@ -148,7 +149,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         api_name="clone",
         preprocess=False,
         **limit,
-    ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
+    ).success(handlers.history.refresh, inputs=history.query, outputs=history.listing, **QUIET)
     gr.on(
         [design.generate.click],
         handlers.studio.design,
@@ -157,7 +158,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         api_name="design",
         preprocess=False,
         **limit,
-    ).success(handlers.history.refresh, outputs=history.listing, **QUIET)
+    ).success(handlers.history.refresh, inputs=history.query, outputs=history.listing, **QUIET)
 
 
 def _wire_style_helpers(views: Views) -> None:
