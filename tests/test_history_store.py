@@ -82,6 +82,23 @@ def test_history_survives_a_restart_and_lists_newest_first(tmp_path: Path) -> No
     assert [e.text for e in reopened.entries(limit=1)] == ["two"]
 
 
+def test_two_generations_in_the_same_second_are_listed_newest_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An id names its second, then a random job id: within one second the job ids used to decide the order (the
+    Clone style test read the plain clone as the newest entry about one run in ten)."""
+    history = History(tmp_path)
+    second = time.mktime((2020, 1, 2, 8, 15, 0, 0, 0, -1))  # the past: the last entry is saved now
+    for offset, job_id, text in ((0.1, "ffffffffffff", "First."), (0.6, "000000000000", "Second.")):
+        monkeypatch.setattr(time, "time", lambda offset=offset: second + offset)
+        history.save(*make_pair(text, job_id=job_id))
+    monkeypatch.undo()
+    assert [e.text for e in history.entries()] == ["Second.", "First."]
+    assert [e.text for e in history.entries(limit=1)] == ["Second."]
+    history.save(*make_pair("Now.", job_id="888888888888"))
+    assert [e.text for e in history.entries(limit=2)] == ["Now.", "Second."]
+
+
 def test_delete_removes_both_files(tmp_path: Path) -> None:
     history = History(tmp_path)
     entry = history.save(*make_pair())

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2  # 2: settings hold speed, language and the backend's options (1: VITS scales)
 ENTRY_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{12}$")
+SECOND = len("20261202-081500")  # an id's prefix that names its second
 STALE_TEMP_S = 3600.0
 
 
@@ -142,13 +143,17 @@ class History:
     # ---- reading ----
 
     def entries(self, limit: int | None = None, owner: str | None = None) -> list[HistoryEntry]:
-        """Complete entries, newest first (only ``owner``'s when given); unreadable sidecars are skipped."""
+        """Complete entries, newest first (only ``owner``'s when given); unreadable sidecars are skipped.
+
+        An id orders entries by the second only (then by its random job id), so entries of the same second are
+        read together and put in the order of their sidecars' ``created`` time: two quick generations used to
+        come out in either order."""
         if not self.root.is_dir():
             return []
         ids = sorted((p.stem for p in self.root.glob("*.json") if ENTRY_ID.match(p.stem)), reverse=True)
         found: list[HistoryEntry] = []
         for entry_id in ids:
-            if limit is not None and len(found) >= limit:
+            if limit is not None and len(found) >= limit and entry_id[:SECOND] != found[-1].entry_id[:SECOND]:
                 break
             try:
                 found.append(self.get(entry_id, owner))
@@ -156,7 +161,8 @@ class History:
                 continue
             except StorageError as exc:
                 log.warning("skipping history entry %s: %s", entry_id, exc)
-        return found
+        found.sort(key=lambda entry: (entry.entry_id[:SECOND], entry.created), reverse=True)
+        return found if limit is None else found[:limit]
 
     def get(self, entry_id: str, owner: str | None = None) -> HistoryEntry:
         """One entry; with ``owner``, another login's entry is answered as missing (its existence stays private)."""
