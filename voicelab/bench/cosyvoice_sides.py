@@ -96,6 +96,12 @@ def throughput(call: Callable[[Job], float], jobs: Sequence[Job], clients: int, 
     }
 
 
+def _say_window(side: str, done: int, total: int, sample: Sample) -> None:
+    """A window's memory as the side goes: a run cut short by its time limit still tells it."""
+    print(f"  {side}: {done} of {total} requests; allocated {sample.allocated / 2**20:.1f}, "
+          f"reserved {sample.reserved / 2**20:.0f}, rss {sample.rss / 2**20:.0f} MiB", flush=True)  # fmt: skip
+
+
 def _throughputs(
     side: str,
     call: Callable[[Job], float],
@@ -125,9 +131,7 @@ def run_upstream(args: argparse.Namespace, jobs: list[Job], short: list[Job], co
         rows.append((latency, first, len(audio) / 24000))
         if (index + 1) % WINDOW == 0:
             samples.append(_torch_sample((index + 1) // WINDOW))
-            latest = samples[-1]
-            print(f"  upstream: {index + 1} of {len(jobs)} requests; allocated {latest.allocated / 2**20:.1f}, "
-                  f"reserved {latest.reserved / 2**20:.0f} MiB", flush=True)  # fmt: skip
+            _say_window("upstream", index + 1, len(jobs), samples[-1])
 
     def call(job: Job) -> float:
         return len(run_naive(model, job.text, job.transcript, job.prompt, job.seed)[0]) / 24000
@@ -211,9 +215,7 @@ def _soak(service: Any, engine: Any, jobs: list[Job]) -> tuple[list, list[Sample
         peaks.append(result.peak_allocated_bytes)
         if (index + 1) % WINDOW == 0:
             samples.append(_engine_sample(engine, (index + 1) // WINDOW))
-            latest = samples[-1]  # as it goes: a run cut short by its time limit still tells its memory
-            print(f"  voicelab: {index + 1} of {len(jobs)} requests; allocated {latest.allocated / 2**20:.1f}, "
-                  f"reserved {latest.reserved / 2**20:.0f}, rss {latest.rss / 2**20:.0f} MiB", flush=True)  # fmt: skip
+            _say_window("voicelab", index + 1, len(jobs), samples[-1])
     return rows, samples, peaks
 
 
