@@ -1,19 +1,20 @@
 """The package's shape, checked: no import cycle, no upward import, small modules and functions.
 
-DESIGN.md's layering: ``voice``, ``instruct`` and ``backends`` are lower layers and never import ``engine``,
+DESIGN.md's layering: ``voice``, ``instruct``, ``backends`` and ``judges`` are lower layers and never import ``engine``,
 ``ui``, ``api`` or ``studio``; the UI never imports torch (``test_the_ui_never_imports_torch``).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "voicelab"
-LOWER_LAYERS = ("voicelab.voice", "voicelab.instruct", "voicelab.backends")
+LOWER_LAYERS = ("voicelab.voice", "voicelab.instruct", "voicelab.backends", "voicelab.judges")
 UPPER_LAYERS = ("voicelab.engine", "voicelab.ui", "voicelab.api", "voicelab.studio")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
@@ -89,6 +90,24 @@ def test_lower_layers_never_import_upward() -> None:
         if target.startswith(UPPER_LAYERS)
     ]
     assert upward == []
+
+
+def test_the_voice_matching_cannot_read_the_judges() -> None:
+    """A judge that is optimised against stops being a judge: nothing under ``voice`` (the profile, the matcher,
+    its renderers) imports ``judges``, and the profile's judge embedding is read by the scorer alone."""
+    reaching = [
+        f"{module} -> {target}"
+        for module, targets in graph().items()
+        if module.startswith("voicelab.voice")
+        for target in targets
+        if target.startswith("voicelab.judges")
+    ]
+    assert reaching == []
+    reads = re.compile(r"\.judge_embedding\b")
+    readers = {
+        str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if reads.search(path.read_text("utf-8"))
+    }
+    assert readers == {"voice/profile.py", "engine/scoring.py"}
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))

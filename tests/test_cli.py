@@ -88,7 +88,15 @@ def test_synth_without_instruction_or_prompt_reports_no_style_or_clone_scores(pl
     line = plain.line
     assert line["style"] == {}
     assert "not_understood" not in line
-    assert all(line[key] is None for key in ("similarity", "similarity_base", "f0_prompt_hz", "f0_output_hz"))
+    scores = (
+        "similarity",
+        "similarity_base",
+        "similarity_ge2e",
+        "similarity_ge2e_base",
+        "f0_prompt_hz",
+        "f0_output_hz",
+    )
+    assert all(line[key] is None for key in scores)
 
 
 def test_instruction_adds_style_and_the_words_not_understood(plain: Run, instructed: Run) -> None:
@@ -101,11 +109,12 @@ def test_instruction_adds_style_and_the_words_not_understood(plain: Run, instruc
 
 def test_prompt_adds_clone_scores(cloned: Run) -> None:
     line = cloned.line
-    for key in ("similarity", "similarity_base"):
+    for key in ("similarity", "similarity_base", "similarity_ge2e", "similarity_ge2e_base"):
         assert is_number(line[key]) and -1.0 <= line[key] <= 1.0, key
     for key in ("f0_prompt_hz", "f0_output_hz"):
         assert is_number(line[key]) and 60.0 < line[key] < 400.0, key
-    assert line["similarity"] > line["similarity_base"]
+    assert line["similarity_ge2e"] > line["similarity_ge2e_base"]  # the search's objective moved
+    assert line["similarity"] != line["similarity_ge2e"]  # what users read is the judge's, not the search's
     audio, rate = sf.read(cloned.out, dtype="float32")
     assert len(audio) / rate == pytest.approx(line["duration_s"], abs=1e-3)
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from tests.audio_measures import Measures, measure, semitones
+from tests.judges import Heard, listen
 from voicelab.engine.core import EngineCore
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.instruct.controls import controls_to_style, resolve_style
@@ -38,6 +39,8 @@ class Listener:
     def __init__(self, core: EngineCore) -> None:
         self.core = core
         self._heard: dict[tuple[Style, str], Measures] = {}
+        self._audio: dict[tuple[Style, str], tuple[np.ndarray, int]] = {}
+        self._words: dict[Style, Heard] = {}
 
     def hear(self, style: Style, prompt: PromptAudio | None = None) -> Measures:
         key = (style, prompt.sha256 if prompt else "")
@@ -45,7 +48,15 @@ class Listener:
             result = self.core.synthesize(SynthesisRequest(text=TEXT, seed=SEED, style=style, prompt=prompt))
             assert result.seed == SEED
             self._heard[key] = measure(result.audio, result.sample_rate)
+            self._audio[key] = (result.audio, result.sample_rate)
         return self._heard[key]
+
+    def words(self, style: Style) -> Heard:
+        """What Whisper hears of the built-in voice's ``TEXT`` in ``style`` (tests/judges.py), once per style."""
+        if style not in self._words:
+            self.hear(style)
+            self._words[style] = listen(TEXT, *self._audio[(style, "")], "en")
+        return self._words[style]
 
     def neutral(self, prompt: PromptAudio | None = None) -> Measures:
         return self.hear(Style(), prompt)
@@ -93,12 +104,16 @@ def test_ruler_hears_pitch_voicing_and_level_on_known_signals() -> None:
 def test_slow_instruction_makes_speech_longer(listener: Listener, instruction: str) -> None:
     ratio = listener.hear(understood(instruction)).duration_s / listener.neutral().duration_s
     assert ratio >= 1.2, f"{instruction!r}: duration x{ratio:.3f} of neutral"
+    heard = listener.words(understood(instruction))
+    assert heard.rate <= 0.15, heard.describe()  # measured 0.000 (7 words; speed x0.75); bound: one more word
 
 
 @pytest.mark.parametrize("instruction", ["very fast", "语速非常快"])
 def test_fast_instruction_makes_speech_shorter(listener: Listener, instruction: str) -> None:
     ratio = listener.hear(understood(instruction)).duration_s / listener.neutral().duration_s
     assert ratio <= 0.8, f"{instruction!r}: duration x{ratio:.3f} of neutral"
+    heard = listener.words(understood(instruction))
+    assert heard.rate <= 0.15, heard.describe()  # measured 0.000 (7 words; speed x1.6); bound: one more word
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from tests.studio_helpers import clone, make_studio
 from voicelab.engine.client import EngineClient
 from voicelab.engine.messages import SynthesisResult
 from voicelab.history import History
+from voicelab.judges.scale import SIMILARITY_SCALE
 from voicelab.settings import Settings
 from voicelab.ui.handlers import Studio, clone_figures
 from voicelab.voice.cache import ProfileCacheStats
@@ -63,7 +64,7 @@ def test_bad_prompts_show_their_sentence(studio: Studio, tmp_path: Path, make, s
     assert studio.service.history.entries() == []
 
 
-def test_clone_figures_show_base_to_matched_similarity_and_pitch() -> None:
+def test_clone_figures_show_the_judges_similarity_with_ge2e_beside_and_pitch() -> None:
     prompt = PromptAudio(
         np.zeros(32000, dtype=np.float32), 16000, "ab" * 32, notices=("Only the first 30 s were used.",)
     )
@@ -76,13 +77,19 @@ def test_clone_figures_show_base_to_matched_similarity_and_pitch() -> None:
         device="cpu",
         dtype="float32",
         profile_cache=ProfileCacheStats(size=3, capacity=8, hits=2, misses=1),
-        similarity=0.781,
-        similarity_base=0.412,
+        similarity=0.281,
+        similarity_base=0.212,
+        similarity_ge2e=0.781,
+        similarity_ge2e_base=0.612,
         f0_prompt_hz=211.4,
         f0_output_hz=204.6,
     )
     text = clone_figures(result, prompt)
-    assert "**Similarity to the prompt:** 0.41 → 0.78 (base voice → matched)" in text
+    assert (
+        "**Similarity to the prompt:** 0.21 → 0.28 (base voice → matched) · GE2E, the measure the matching "
+        "maximises: 0.61 → 0.78" in text
+    )
+    assert SIMILARITY_SCALE in text  # what the numbers mean, beside them
     assert "**Median pitch:** prompt 211 Hz · output 205 Hz" in text
     assert "**Profile cache:** 3 of 8 voices · hit rate 67% (2 hits, 1 misses)" in text
     assert "Only the first 30 s were used." not in text  # intake's notice is in the status line, shown once

@@ -1,38 +1,61 @@
-"""The clone evaluation's measures: word error rate, the recogniser on real speech, and the report's last line."""
+"""``eval clone``: its report (both judges, Whisper's error per language) and one real prompt end to end."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
-import soundfile as sf
 
-from voicelab.eval.asr import Recognizer, word_error_rate
-from voicelab.eval.clone import EvalReport, PromptEval, format_report
+from tests.judges import whisper_judge
+from voicelab.eval.clone import Judges, evaluate
+from voicelab.eval.clone_report import EvalReport, PromptEval, format_report
+from voicelab.eval.voices import builtin_torch_synthesizer
+from voicelab.judges.ecapa import EcapaJudge
+from voicelab.voice.encoder import SpeakerEncoder
 
 DATA = Path(__file__).parent / "data"
 
 
-def test_word_error_rate_counts_edits_per_reference_word() -> None:
-    assert word_error_rate("The birch canoe slid.", "the birch canoe slid") == 0.0
-    assert word_error_rate("a b c d", "a x c") == pytest.approx(0.5)  # one substitution, one deletion
-    assert word_error_rate("a b", "a b c d") == pytest.approx(1.0)  # two insertions
-    assert word_error_rate("It's easy", "it's easy") == 0.0
+def _row(
+    prompt: str, language: str, ecapa: tuple[float, float], ge2e: tuple[float, float], errors: tuple[float, float]
+):
+    return PromptEval(prompt, language, *ecapa, *ge2e, 200.0, 190.0, 0.3, *errors, 5.0)
 
 
-def test_recogniser_understands_a_real_english_clip() -> None:
-    audio, sr = sf.read(DATA / "arctic_awb_en_male.wav", dtype="float32")
-    reference = (DATA / "arctic_awb_en_male.txt").read_text(encoding="utf-8")
-    assert word_error_rate(reference, Recognizer().transcribe(audio, sr)) < 0.5
-
-
-def test_report_ends_with_the_mean_gain() -> None:
+def test_report_gives_each_judge_its_line_and_ends_with_the_ecapa_gain() -> None:
     rows = (
-        PromptEval("a", 0.50, 0.62, 200.0, 190.0, 0.3, 0.30, 0.35, 5.0),
-        PromptEval("b", 0.55, 0.61, 100.0, 120.0, 0.3, 0.30, 0.45, 5.0),
+        _row("a", "en", (0.20, 0.26), (0.50, 0.62), (0.05, 0.10)),
+        _row("b", "en", (0.30, 0.28), (0.55, 0.61), (0.05, 0.30)),
+        _row("a", "zh", (0.10, 0.14), (0.40, 0.50), (0.08, 0.12)),
     )
     report = EvalReport(rows)
-    text = format_report(report)
-    assert text.splitlines()[-1] == "mean similarity gain: +0.090"
-    assert report.none_below_base and not report.f0_within_tolerance and not report.wer_within_tolerance
-    assert "output F0 within 10% of prompt for all: no" in text
+    lines = format_report(report).splitlines()
+    assert lines[-1] == "mean ECAPA gain: +0.027"
+    assert lines[-2] == "mean GE2E gain (the search's objective): +0.093"
+    assert "mean Whisper WER (en): 5.0% base -> 20.0% matched" in lines
+    assert "mean Whisper CER (zh): 8.0% base -> 12.0% matched" in lines
+    assert "no prompt below base (ECAPA): no" in lines  # b lost similarity by the judge, though GE2E rose
+    assert "Whisper error matched within base + 10 points for all: no" in lines  # b: 5 % -> 30 %
+
+
+def test_report_without_chinese_rows_has_no_cer_line() -> None:
+    text = format_report(EvalReport((_row("a", "en", (0.2, 0.3), (0.5, 0.6), (0.0, 0.0)),)))
+    assert "CER" not in text and "mean Whisper WER (en): 0.0% base -> 0.0% matched" in text
+
+
+@pytest.mark.slow
+def test_one_real_prompt_is_matched_and_judged_in_both_languages(tmp_path: Path) -> None:
+    """slt (US English, female) onto both built-in voices: the match search's GE2E never falls below the unmatched
+    voice on the calibration sentence, the output lands near her pitch, and Whisper still hears the words."""
+    for suffix in (".wav", ".txt"):
+        shutil.copy(DATA / f"arctic_slt_en_female{suffix}", tmp_path / f"slt{suffix}")
+    judges = Judges(SpeakerEncoder("cpu"), EcapaJudge("cpu"), whisper_judge())
+    english = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
+    texts = {"en": (english,), "zh": ("妈妈做的饺子是我最喜欢的菜。",)}
+    report = evaluate(tmp_path, texts, builtin_torch_synthesizer(), judges, renderer="torch")
+    assert [(r.prompt, r.language) for r in report.rows] == [("slt", "en"), ("slt", "zh")]
+    for row in report.rows:
+        assert row.f0_error < 0.15, row
+        assert -1.0 <= row.ecapa_base <= 1.0 and -1.0 <= row.ecapa_matched <= 1.0
+        assert row.error_base <= 0.3 and row.error_matched <= 0.4, row  # heard: the voice and the clone say it

@@ -45,4 +45,5 @@ def test_the_engine_calibrates_on_the_transcript(core: EngineCore, monkeypatch: 
     result = core.synthesize(SynthesisRequest(text="Good morning to you.", seed=1, prompt=prompt))
     assert said == [transcript]
     assert result.similarity is not None and result.similarity_base is not None
-    assert result.similarity >= result.similarity_base
+    assert result.similarity_ge2e is not None and result.similarity_ge2e_base is not None
+    assert result.similarity_ge2e >= result.similarity_ge2e_base  # never below the unmatched voice, by the search's own

@@ -157,7 +157,9 @@ def _sse_body(
                 continue
             yield delta(encoder.close())
             usage = {"input_tokens": chars, "output_tokens": 0, "total_tokens": chars}
-            yield format_sse_event(data_str=json.dumps({"type": "speech.audio.done", "usage": usage}))
+            # OpenAI's done event, plus the take's figures (similarity to the prompt by the ECAPA judge, seed, ...)
+            done = {"type": "speech.audio.done", "usage": usage, "voicelab": event.result.metrics()}
+            yield format_sse_event(data_str=json.dumps(done, ensure_ascii=False))
             ctx.metrics.finished("ok", time.monotonic() - began, event.result)
     except VoiceLabError as exc:
         status = status_of(exc)

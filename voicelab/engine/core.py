@@ -42,8 +42,9 @@ from voicelab.engine.messages import (
     SynthesisResult,
     WorkerReady,
 )
+from voicelab.engine.scoring import CloneScores
 from voicelab.engine.validation import AUTO_LANGUAGE, validate_request
-from voicelab.engine.voicing import CloneScores, Finished, VoicePlan, VoiceStage, render_many
+from voicelab.engine.voicing import Finished, VoicePlan, VoiceStage, join_chunks, render_many
 from voicelab.errors import BackendLoadError, BackendRuntimeError
 from voicelab.settings import Settings
 
@@ -74,13 +75,8 @@ WARMUP_TEXTS = {"en": "Warming up.", "zh": "预热一下。"}
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def join_chunks(chunks: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros(0, dtype=np.float32)
-
-
 def _finished(job: _Job) -> Finished:
-    """The job's whole draft and voiced output, joined once for its result and its scores."""
-    return Finished(join_chunks(job.drafts), join_chunks(job.outputs), job.plan)
+    return Finished.joined(job.drafts, job.outputs, job.plan)
 
 
 class EngineCore:
@@ -307,6 +303,8 @@ class EngineCore:
             peak_allocated_bytes=memory.allocator_stats(self.device).peak_allocated,
             similarity=scores.similarity if scores else None,
             similarity_base=scores.similarity_base if scores else None,
+            similarity_ge2e=scores.similarity_ge2e if scores else None,
+            similarity_ge2e_base=scores.similarity_ge2e_base if scores else None,
             f0_prompt_hz=scores.f0_prompt_hz if scores else None,
             f0_output_hz=scores.f0_output_hz if scores else None,
             style=request.style,

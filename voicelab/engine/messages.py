@@ -72,7 +72,9 @@ class SynthesisResult:
     """Audio plus the figures a user sees. Clone scores are ``None`` without a prompt.
 
     first_audio_s: from the job's start on the worker to its first chunk (time to first audio).
-    similarity_base: the backend voice before matching (``None`` when the backend clones natively).
+    similarity: ECAPA-TDNN cosine to the prompt (``judges.ecapa``), a judge the voice matching never reads.
+    similarity_base: the same for the backend voice before matching (``None`` when the backend clones natively).
+    similarity_ge2e / similarity_ge2e_base: the GE2E cosines the match search maximises, reported beside.
     batch_size: how many jobs ran in the device batch this one was part of (1: alone).
     """
 
@@ -90,6 +92,8 @@ class SynthesisResult:
     peak_allocated_bytes: int = 0
     similarity: float | None = None
     similarity_base: float | None = None
+    similarity_ge2e: float | None = None
+    similarity_ge2e_base: float | None = None
     f0_prompt_hz: float | None = None
     f0_output_hz: float | None = None
     style: Style = field(default_factory=Style)
@@ -127,6 +131,8 @@ class SynthesisResult:
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "similarity": _round(self.similarity),
             "similarity_base": _round(self.similarity_base),
+            "similarity_ge2e": _round(self.similarity_ge2e),
+            "similarity_ge2e_base": _round(self.similarity_ge2e_base),
             "f0_prompt_hz": _round(self.f0_prompt_hz, 1),
             "f0_output_hz": _round(self.f0_output_hz, 1),
             "style": self.style.to_dict(),

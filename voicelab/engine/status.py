@@ -204,6 +204,7 @@ def _sum_caches(caches: Sequence[ProfileCacheStats | None]) -> ProfileCacheStats
         misses=sum(c.misses for c in known),
         evictions=sum(c.evictions for c in known),
         device_bytes=sum(c.device_bytes for c in known),
+        judge_bytes=sum(c.judge_bytes for c in known),
     )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from voicelab.backends.base import AudioChunk, Capabilities, SpeechRequest
 from voicelab.backends.scripts import languages_in
 from voicelab.engine.messages import SynthesisRequest
+from voicelab.engine.scoring import CloneScorer, CloneScores, Scored
 from voicelab.errors import BackendLoadError, InvalidPromptError
 from voicelab.instruct.check import StyleCheck
 from voicelab.instruct.render import StyleAdjust, style_adjust
@@ -27,7 +28,7 @@ from voicelab.instruct.style import Style
 from voicelab.voice.cache import CachedVoice, ProfileCache, ProfileCacheStats
 from voicelab.voice.dsp import RENDERERS, VoiceTransform, apply_transform, apply_transforms
 from voicelab.voice.encoder import SpeakerEncoder
-from voicelab.voice.matcher import VoiceMatcher, median_f0, median_f0_many
+from voicelab.voice.matcher import VoiceMatcher, median_f0
 from voicelab.voice.measure import NeutralVoice, Requested, check_style, neutral_voice, spoken_units
 from voicelab.voice.profile import SpeakerProfile, build_profile, scoring_profile
 from voicelab.voice.prompt import PromptAudio
@@ -52,14 +53,6 @@ def calibration_text(language: str, prompt: PromptAudio | None) -> str:
     if transcript and languages_in(transcript) == (language,) and low <= spoken_units(transcript) <= high:
         return transcript
     return CALIBRATION_TEXTS.get(language, CALIBRATION_TEXTS["en"])
-
-
-@dataclass(frozen=True)
-class CloneScores:
-    similarity: float
-    similarity_base: float | None
-    f0_prompt_hz: float
-    f0_output_hz: float
 
 
 @dataclass(frozen=True)
@@ -95,6 +88,15 @@ class Finished:
     draft: np.ndarray
     output: np.ndarray
     plan: VoicePlan
+
+    @classmethod
+    def joined(cls, drafts: list[np.ndarray], outputs: list[np.ndarray], plan: VoicePlan) -> Finished:
+        """The job's whole draft and voiced output, joined once for its result and its scores."""
+        return cls(join_chunks(drafts), join_chunks(outputs), plan)
+
+
+def join_chunks(chunks: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros(0, dtype=np.float32)
 
 
 def render_many(items: Sequence[tuple[VoicePlan, AudioChunk]]) -> list[np.ndarray]:
@@ -160,6 +162,7 @@ class VoiceStage:
         self.renderer = resolve_renderer(renderer, device)
         self.cache = ProfileCache(cache_capacity)
         self._matcher: VoiceMatcher | None = None
+        self.scorer = CloneScorer(device)
         self._neutral: dict[str, NeutralVoice] = {}
 
     @property
@@ -271,11 +274,14 @@ class VoiceStage:
         return cached
 
     def _profile(self, prompt: PromptAudio, matching: bool) -> SpeakerProfile:
-        """The full analysis where the engine matches the voice; embedding and median pitch where it only scores."""
+        """The full analysis where the engine matches the voice; embedding and median pitch where it only scores.
+        Either way the judge embeds the prompt too, for the similarity users see."""
         if matching:
-            return build_profile(prompt, self.matcher.encoder, self.device)
-        f0 = median_f0(np.asarray(prompt.samples, dtype=np.float32), prompt.sample_rate, self.device)
-        return scoring_profile(prompt, self.matcher.encoder, f0, self.device)
+            profile = build_profile(prompt, self.matcher.encoder, self.device)
+        else:
+            f0 = median_f0(np.asarray(prompt.samples, dtype=np.float32), prompt.sample_rate, self.device)
+            profile = scoring_profile(prompt, self.matcher.encoder, f0, self.device)
+        return self.scorer.with_judge_embedding(profile, prompt)
 
     @_serialised
     def scores(self, draft: np.ndarray, output: np.ndarray, sample_rate: int, plan: VoicePlan) -> CloneScores | None:
@@ -284,28 +290,15 @@ class VoiceStage:
 
     @_serialised
     def scores_many(self, finished: Sequence[Finished], sample_rate: int) -> list[CloneScores | None]:
-        """``scores`` of several jobs that finished together: one speaker-encoder batch (1.7x faster for eight even
-        on a CPU), and on a GPU one pitch-tracker batch (on a CPU the tracker runs each alone: 1.6x faster)."""
-        scored = [k for k, f in enumerate(finished) if f.plan.profile is not None]
-        pieces: list[np.ndarray] = []
-        profiles: list[SpeakerProfile] = []
-        for k in scored:
-            f = finished[k]
-            for piece in [f.output, f.draft] if f.plan.matched else [f.output]:
-                pieces.append(piece)
-                profiles.append(f.plan.profile)  # type: ignore[arg-type]
-        similarities = iter(self.matcher.similarities_to(pieces, sample_rate, profiles) if pieces else [])
-        outputs = [finished[k].output for k in scored]
-        if self.device.startswith("cuda"):
-            f0s = median_f0_many(outputs, sample_rate, self.device)
-        else:
-            f0s = [median_f0(output, sample_rate, self.device) for output in outputs]
+        """``scores`` of several jobs that finished together, each encoder in one batch (``CloneScorer``)."""
+        scored, jobs = [], []
+        for k, f in enumerate(finished):
+            if f.plan.profile is not None:
+                scored.append(k)
+                jobs.append(Scored(f.output, f.draft, f.plan.profile, f.plan.matched))
         out: list[CloneScores | None] = [None] * len(finished)
-        for k, f0_output in zip(scored, f0s, strict=True):
-            plan = finished[k].plan
-            similarity = next(similarities)
-            base = next(similarities) if plan.matched else None
-            out[k] = CloneScores(similarity, base, plan.profile.f0_median_hz, f0_output)  # type: ignore[union-attr]
+        for k, scores in zip(scored, self.scorer.score(jobs, sample_rate, self.matcher), strict=True):
+            out[k] = scores
         return out
 
     @_serialised
@@ -323,7 +316,7 @@ class VoiceStage:
         )
 
     def cache_stats(self) -> ProfileCacheStats:
-        return self.cache.stats()
+        return replace(self.cache.stats(), judge_bytes=self.scorer.device_bytes())
 
     @_serialised
     def clear_profiles(self) -> None:
@@ -334,3 +327,4 @@ class VoiceStage:
         self.cache.clear()
         self._neutral.clear()
         self._matcher = None
+        self.scorer.unload()

@@ -40,6 +40,7 @@ from voicelab.errors import InvalidPromptError, StorageError
 from voicelab.history import encode_wav
 from voicelab.instruct.controls import UNSPECIFIED, controls_to_style
 from voicelab.instruct.style import Style
+from voicelab.judges.scale import SIMILARITY_SCALE
 from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Queued, Take
 from voicelab.subtitles import cues, to_srt
 from voicelab.ui.cache import UploadCache
@@ -340,12 +341,24 @@ def write_cached(data: bytes, cache_dir: Path, name: str) -> Path:
     return target
 
 
+def similarity_line(result: SynthesisResult) -> str:
+    """The judge's similarity (ECAPA, which the matching never reads), GE2E's beside it, and what the scale means."""
+    matched = result.similarity_base is not None
+    ecapa = f"{result.similarity_base:.2f} → {result.similarity:.2f}" if matched else f"{result.similarity:.2f}"
+    line = f"**Similarity to the prompt:** {ecapa}{' (base voice → matched)' if matched else ''}"
+    if result.similarity_ge2e is not None:
+        ge2e = f"{result.similarity_ge2e:.2f}"
+        if result.similarity_ge2e_base is not None:
+            ge2e = f"{result.similarity_ge2e_base:.2f} → {ge2e}"
+        line += f" · GE2E, the measure the matching maximises: {ge2e}"
+    return f"{line}\n\n<small>{SIMILARITY_SCALE}</small>"
+
+
 def clone_figures(result: SynthesisResult, prompt: PromptAudio) -> str:
     """Similarity before → after matching, prompt vs output pitch, and what intake changed."""
     lines = []
     if result.similarity is not None:
-        base = f"{result.similarity_base:.2f} → " if result.similarity_base is not None else ""
-        lines.append(f"**Similarity to the prompt:** {base}{result.similarity:.2f} (base voice → matched)")
+        lines.append(similarity_line(result))
     if result.f0_prompt_hz is not None and result.f0_output_hz is not None:
         lines.append(f"**Median pitch:** prompt {result.f0_prompt_hz:.0f} Hz · output {result.f0_output_hz:.0f} Hz")
     lines.append(f"**Prompt:** {prompt.duration_s:.1f} s used · sha256 {prompt.sha256[:12]}")

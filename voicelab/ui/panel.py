@@ -150,6 +150,8 @@ def _engine_line(status: EngineStatus, view: QueueView) -> str:
     profiles = (
         f" · voice profiles {cache.size}/{cache.capacity}, hit rate {cache.hit_rate:.0%}" if cache is not None else ""
     )
+    if cache is not None and cache.judge_bytes:
+        profiles += f" · similarity judge {cache.judge_bytes / 2**20:.0f} MiB"
     return (
         f"engine {state} · {where} · worker pid {status.worker_pid or '—'} · queue {status.queue_length} · "
         f"{status.completed} done, {status.failed} failed · restarts {status.restarts}{profiles}"

@@ -31,6 +31,7 @@ class ProfileCacheStats:
     misses: int
     evictions: int = 0
     device_bytes: int = 0
+    judge_bytes: int = 0  # the similarity judge's weights on the device (loaded with the first prompt), not a profile
 
     @property
     def hit_rate(self) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -23,6 +23,8 @@ class SpeakerProfile:
     embedding: unit-norm GE2E embedding (256,) on the worker's device.
     stats: pitch, formants, long-term spectrum and loudness of the prompt (``voice.analysis.VoiceStats``).
     analysed: False for a scoring-only profile (``scoring_profile``): its stats hold the median pitch alone.
+    judge_embedding: the similarity judge's embedding of the prompt (ECAPA-TDNN, ``judges.ecapa``), for scoring
+        alone: the matcher never reads it, so the figure users see is not the one the search maximised.
     The matcher's result for a backend voice is kept beside the profile (``voice.cache.CachedVoice``).
     """
 
@@ -31,6 +33,7 @@ class SpeakerProfile:
     stats: VoiceStats
     duration_s: float
     analysed: bool = True
+    judge_embedding: torch.Tensor | None = None
 
     @property
     def f0_median_hz(self) -> float:
@@ -39,7 +42,11 @@ class SpeakerProfile:
     @property
     def device_bytes(self) -> int:
         """Bytes this profile holds on its device (for the resource panel)."""
-        return self.embedding.element_size() * self.embedding.nelement()
+        tensors = [self.embedding] if self.judge_embedding is None else [self.embedding, self.judge_embedding]
+        return sum(t.element_size() * t.nelement() for t in tensors)
+
+    def with_judge_embedding(self, embedding: torch.Tensor) -> SpeakerProfile:
+        return replace(self, judge_embedding=embedding)
 
     def formant_scale(self, reference: VoiceStats) -> float:
         """Estimated vocal-tract scale of this voice relative to ``reference`` (>1: shorter tract, higher formants)."""

@@ -1,0 +1,55 @@
+"""The listening judge for tests: one Whisper model per test process, and the check tests share.
+
+The model (~145 MB, ~1 s to load) is built once per pytest worker by a cached factory rather than per module,
+since several files listen (``--dist loadfile`` runs a file wholly on one worker). One CPU thread, int8: the
+suite runs two workers on two cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from voicelab.judges.text import error_rate
+from voicelab.judges.whisper import Transcript, WhisperJudge
+
+_HAN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+@functools.cache
+def whisper_judge() -> WhisperJudge:
+    """The process's judge; it loads on its first transcription."""
+    return WhisperJudge(device="cpu", compute_type="int8", threads=1)
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What Whisper heard of a clip, and its error rate against the text that was spoken."""
+
+    text: str
+    transcript: Transcript
+    rate: float
+
+    def describe(self) -> str:
+        return f"error {self.rate:.3f}: heard {self.transcript.text!r} for {self.text!r}"
+
+
+def listen(text: str, audio: np.ndarray, sample_rate: int, language: str) -> Heard:
+    """Transcribe ``audio`` as ``language`` and score it against ``text`` (WER for "en", pinyin CER for "zh")."""
+    transcript = whisper_judge().transcribe(audio, sample_rate, language)
+    return Heard(text, transcript, error_rate(text, transcript.text, language))
+
+
+def assert_heard(text: str, audio: np.ndarray, sample_rate: int, language: str, bound: float) -> Heard:
+    """Whisper heard ``text`` in ``audio`` with an error rate of at most ``bound``."""
+    heard = listen(text, audio, sample_rate, language)
+    assert heard.rate <= bound, f"{language} {heard.describe()} (bound {bound})"
+    return heard
+
+
+def language_of_text(text: str) -> str:
+    """ "zh" when the text has Han characters (its Latin words are then scored as tokens), else "en"."""
+    return "zh" if _HAN.search(text) else "en"

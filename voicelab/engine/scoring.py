@@ -1,0 +1,96 @@
+"""How close a finished job sounds to its prompt, by a judge the voice matching never sees.
+
+Two encoders score every cloned job. ECAPA-TDNN (``judges.ecapa``) gives the similarity a user reads: it is
+independent of the match search, which maximises GE2E (``voice.encoder``), so a GE2E gain is partly the
+optimiser scoring itself. GE2E's figures stay beside it (``similarity_ge2e``) because they say what the search
+achieved. The judge's prompt embedding lives in the profile (``SpeakerProfile.judge_embedding``), computed once
+per prompt; the matcher reads only ``SpeakerProfile.embedding``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from voicelab.judges.ecapa import EcapaJudge
+from voicelab.voice.matcher import VoiceMatcher, median_f0, median_f0_many
+from voicelab.voice.profile import SpeakerProfile
+from voicelab.voice.prompt import PromptAudio
+
+
+@dataclass(frozen=True)
+class CloneScores:
+    """One job's figures against its prompt; the ``*_base`` ones are the unmatched draft (``None`` where the
+    backend cloned natively, so there is no draft to compare)."""
+
+    similarity: float  # ECAPA cosine: what the user sees
+    similarity_base: float | None
+    similarity_ge2e: float  # GE2E cosine: the match search's own objective
+    similarity_ge2e_base: float | None
+    f0_prompt_hz: float
+    f0_output_hz: float
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A finished job to score: the voiced output, the draft before the engine's transform, and its profile."""
+
+    output: np.ndarray
+    draft: np.ndarray
+    profile: SpeakerProfile
+    matched: bool  # the engine moved a fixed voice toward the prompt (so the draft is a meaningful base)
+
+
+class CloneScorer:
+    """Scores jobs with both encoders; not thread-safe by itself (``VoiceStage`` serialises its callers)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.judge = EcapaJudge(device)
+
+    def with_judge_embedding(self, profile: SpeakerProfile, prompt: PromptAudio) -> SpeakerProfile:
+        """The profile carrying the judge's embedding of the prompt (already 16 kHz mono, trimmed)."""
+        embedding = self.judge.embed(np.asarray(prompt.samples, dtype=np.float32), prompt.sample_rate)
+        return profile.with_judge_embedding(embedding)
+
+    def score(self, jobs: Sequence[Scored], sample_rate: int, matcher: VoiceMatcher) -> list[CloneScores]:
+        """Every job's scores, each encoder in one batch over all outputs and drafts (one speaker-encoder batch
+        was 1.7x faster for eight jobs than eight alone, even on a CPU)."""
+        pieces: list[np.ndarray] = []
+        profiles: list[SpeakerProfile] = []
+        for job in jobs:
+            for piece in [job.output, job.draft] if job.matched else [job.output]:
+                pieces.append(piece)
+                profiles.append(job.profile)
+        if not pieces:
+            return []
+        ge2e = iter(matcher.similarities_to(pieces, sample_rate, profiles))
+        ecapa = iter(self.judge.similarities(pieces, sample_rate, [self._reference(p) for p in profiles]))
+        outputs = [job.output for job in jobs]
+        if self.device.startswith("cuda"):  # on a CPU the pitch tracker runs each alone: 1.6x faster
+            f0s = median_f0_many(outputs, sample_rate, self.device)
+        else:
+            f0s = [median_f0(output, sample_rate, self.device) for output in outputs]
+        scores = []
+        for job, f0_output in zip(jobs, f0s, strict=True):
+            similarity, similarity_ge2e = next(ecapa), next(ge2e)
+            base, base_ge2e = (next(ecapa), next(ge2e)) if job.matched else (None, None)
+            scores.append(
+                CloneScores(similarity, base, similarity_ge2e, base_ge2e, job.profile.f0_median_hz, f0_output)
+            )
+        return scores
+
+    @staticmethod
+    def _reference(profile: SpeakerProfile) -> torch.Tensor:
+        assert profile.judge_embedding is not None, "VoiceStage embeds every prompt with the judge when it profiles it"
+        return profile.judge_embedding
+
+    def device_bytes(self) -> int:
+        """What the judge holds on the device (the resource panel's figure)."""
+        return self.judge.device_bytes()
+
+    def unload(self) -> None:
+        self.judge.unload()

@@ -1,0 +1,1 @@
+"""Judges measure what a generation sounds like; nothing in VoiceLab is ever optimised against them."""
