@@ -309,7 +309,7 @@ class EngineCore:
             f0_output_hz=scores.f0_output_hz if scores else None,
             style=request.style,
             seed=job.seed,
-            notices=request.prompt.notices if request.prompt else (),
+            notices=job.plan.notices,
             profile_cache=self.voice.cache_stats(),
             style_check=style_check,
             batch_size=job.batch_size,

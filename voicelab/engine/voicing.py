@@ -42,6 +42,16 @@ CALIBRATION_TEXTS = {
     "en": "The quick brown fox jumps over the lazy dog, then rests a while in the warm afternoon sun.",
     "zh": "今天天气很好，我们一起去公园散步，然后坐在树下聊天。",
 }
+# A sentence the match search never sees: its transform is kept only where it beats the unmatched voice here too.
+HELD_OUT_TEXTS = {
+    "en": "Glue the sheet to the dark blue background, then open the window and let the evening air in.",
+    "zh": "他在图书馆借了三本关于历史的书，然后慢慢地走回了家。",
+}
+FELL_BACK = (
+    "Voice matching did not bring the {language} voice closer to this prompt on a sentence it had not seen, so the "
+    "unmatched voice is used."
+)
+LANGUAGE_NAMES = {"en": "English", "zh": "Chinese"}
 TRANSCRIPT_UNITS = (20, 400)  # a transcript this long (letters/characters) is the calibration sentence
 
 
@@ -68,6 +78,7 @@ class VoicePlan:
     requested: Requested | None = None  # what the style asks (None: no style, or a backend that renders it)
     pitch_reference_hz: float | None = None  # the unstyled voice's median F0 where the draft cannot tell it
     model_pitch: bool = False  # the backend itself shifted the pitch (the draft already carries it)
+    notices: tuple[str, ...] = ()  # what the result line tells the user about the prompt and its matching
 
     def transform_for(self, language: str) -> VoiceTransform:
         if language in self.transforms:
@@ -205,8 +216,12 @@ class VoiceStage:
         speech = self._speech(request, seed, capabilities, first, model_pitch)
         requested = Requested(first.length_scale_factor, first.requested_pitch_st, first.gain_db) if styled else None
         reference = self._pitch_reference(languages[0], profile if matched else None, model_pitch, calibrate)
+        notices = request.prompt.notices if request.prompt else ()
+        if cached is not None and matched:
+            fell_back = [lang for lang in languages if (m := cached.match(lang)) is not None and m.fell_back]
+            notices += tuple(FELL_BACK.format(language=LANGUAGE_NAMES.get(lang, lang)) for lang in fell_back)
         return VoicePlan(
-            speech, transforms, profile, matched, self.device, self.renderer, requested, reference, model_pitch
+            speech, transforms, profile, matched, self.device, self.renderer, requested, reference, model_pitch, notices
         )
 
     def _adjust(
@@ -269,7 +284,9 @@ class VoiceStage:
             matches = dict(cached.matches)
             for language in missing:
                 text = calibration_text(language, prompt)
-                matches[language] = self.matcher.match(cached.profile, functools.partial(calibrate, language, text))
+                held_out = functools.partial(calibrate, language, HELD_OUT_TEXTS.get(language, HELD_OUT_TEXTS["en"]))
+                calibration = functools.partial(calibrate, language, text)
+                matches[language] = self.matcher.match(cached.profile, calibration, held_out)
             cached = self.cache.put(cached.profile, matches)
         return cached
 

@@ -13,13 +13,13 @@ import argparse
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from voicelab.engine.voicing import calibration_text
+from voicelab.engine.voicing import HELD_OUT_TEXTS, calibration_text
 from voicelab.errors import InvalidPromptError
 from voicelab.eval.clone_report import EvalReport, PromptEval, format_report
 from voicelab.eval.voices import SYNTHESIZERS, Synthesize
@@ -111,12 +111,14 @@ def evaluate(
     skipped: list[tuple[str, str]] = []
     for language, language_texts in texts.items():
         calibration = synthesize(language, CALIBRATION_TEXTS[language])
+        held_out = synthesize(language, HELD_OUT_TEXTS[language])  # the engine's check before keeping a match
         bases = [_synthesize_base(language, text, synthesize, judges.whisper) for text in language_texts]
         for path in sorted(Path(prompts_dir).glob("*.wav")):
             try:
                 prompt = load_prompt(path, _transcript(path))
                 own = _transcript_calibration(language, prompt, synthesize) if on_transcript else None
-                rows.append(_evaluate_prompt(path.stem, language, prompt, bases, own or calibration, matcher, judges))
+                sentences = (own or calibration, held_out)
+                rows.append(_evaluate_prompt(path.stem, language, prompt, bases, sentences, matcher, judges))
             except InvalidPromptError as err:
                 skipped.append((path.stem, str(err)))
     return EvalReport(tuple(rows), tuple(skipped))
@@ -148,14 +150,15 @@ def _evaluate_prompt(
     language: str,
     prompt: PromptAudio,
     bases: Sequence[_BaseOutput],
-    calibration: tuple[np.ndarray, int],
+    sentences: tuple[tuple[np.ndarray, int], tuple[np.ndarray, int]],
     matcher: VoiceMatcher,
     judges: Judges,
 ) -> PromptEval:
     device = matcher.encoder.device
     profile = build_profile(prompt, matcher.encoder, device)
     judge_reference = judges.ecapa.embed(np.asarray(prompt.samples, dtype=np.float32), prompt.sample_rate)
-    match = matcher.match(profile, lambda: calibration)
+    calibration, held_out = sentences
+    match = matcher.match(profile, lambda: calibration, lambda: held_out)
     figures: dict[str, list[float]] = {key: [] for key in ("ecapa", "ecapa_base", "ge2e", "ge2e_base", "f0", "error")}
     plain_s, voice_s, duration = 0.0, 0.0, 0.0
     for base in bases:
@@ -175,6 +178,7 @@ def _evaluate_prompt(
         figures["f0"].append(f0_median_hz(matched, base.sample_rate))  # Praat: the ruler, not the transform's tracker
         figures["error"].append(error_rate(base.text, heard, language))
     row = _row(name, language, profile, figures, bases, match.seconds, (plain_s, voice_s, duration))
+    row = replace(row, fell_back=match.fell_back)
     log.info("%s (%s): ECAPA %.3f -> %.3f", name, language, row.ecapa_base, row.ecapa_matched)
     return row
 

@@ -30,6 +30,7 @@ class PromptEval:
     match_s: float
     plain_s: float = 0.0  # mean seconds per request: plain synthesis
     clone_s: float = 0.0  # the same plus the engine's voice stage (transform + scores) with a cached profile
+    fell_back: bool = False  # the match lost to the unmatched voice on the held-out sentence: the engine keeps that
 
     @property
     def ecapa_gain(self) -> float:
@@ -92,19 +93,22 @@ def _yes(flag: bool) -> str:
 def format_report(report: EvalReport) -> str:
     """The table, the goal checks, a summary line per judge and, last, ``mean ECAPA gain: X``."""
     header = (
-        f"{'prompt':<24} {'lang':<4} {'ECAPA base':>10} {'match':>6} {'gain':>7} {'GE2E base':>9} {'match':>6} "
+        f"{'prompt':<26} {'lang':<4} {'ECAPA base':>10} {'match':>6} {'gain':>7} {'GE2E base':>9} {'match':>6} "
         f"{'gain':>7} {'err base':>8} {'match':>6} {'F0 prompt':>9} {'F0 out':>7} {'RTF':>6} {'match s':>7} "
         f"{'plain s':>7} {'clone s':>7}"
     )
     lines = [header, "-" * len(header)]
     for r in report.rows:
+        name = f"{r.prompt} *" if r.fell_back else r.prompt
         lines.append(
-            f"{r.prompt:<24} {r.language:<4} {r.ecapa_base:>10.3f} {r.ecapa_matched:>6.3f} {r.ecapa_gain:>+7.3f} "
+            f"{name:<26} {r.language:<4} {r.ecapa_base:>10.3f} {r.ecapa_matched:>6.3f} {r.ecapa_gain:>+7.3f} "
             f"{r.ge2e_base:>9.3f} {r.ge2e_matched:>6.3f} {r.ge2e_gain:>+7.3f} {100 * r.error_base:>7.1f}% "
             f"{100 * r.error_matched:>5.1f}% {r.f0_prompt_hz:>9.1f} {r.f0_output_hz:>7.1f} {r.rtf:>6.3f} "
             f"{r.match_s:>7.1f} {r.plain_s:>7.3f} {r.clone_s:>7.3f}"
         )
     lines.extend(f"skipped {name}: {reason}" for name, reason in report.skipped)
+    if any(r.fell_back for r in report.rows):
+        lines.append("* the match lost to the unmatched voice on the held-out sentence: the engine keeps the unmatched")
     lines.append(f"no prompt below base (ECAPA): {_yes(report.none_below_base)}")
     lines.append(f"output F0 within {F0_TOLERANCE:.0%} of prompt for all: {_yes(report.f0_within_tolerance)}")
     lines.append(
