@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from tests.api_server import NATIVE, LiveServer, decode, live_server, voice_clip
-from tests.fixture_native_backend import prompt_pitch_hz
+from tests.fixture_native_backend import HOLD, prompt_pitch_hz
 from voicelab.settings import Settings
 
 TEXT = "Hello there. How are you?"  # two sentences of 12 characters: 0.6 s + 0.2 s + 0.6 s
@@ -28,10 +28,11 @@ TEXT_S = 1.4
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     outputs = tmp_path_factory.mktemp("api-outputs")
+    gate = tmp_path_factory.mktemp("api-gate") / "open"  # created by the test that holds a job in flight
     settings = Settings(
         backend=NATIVE,
         outputs_dir=str(outputs),
-        backend_options="chunk_delay_s=0.05",
+        backend_options=f"chunk_delay_s=0.05,gate_file={gate}",
         queue_size=1,
         max_text_chars=2000,
         max_upload_mb=1,
@@ -161,26 +162,33 @@ def test_two_clients_streaming_at_once_both_get_complete_audio(server: LiveServe
 
 
 def test_a_full_queue_answers_429_with_retry_after(server: LiveServer) -> None:
-    long_text = " ".join(f"Sentence number {i}." for i in range(80))  # 80 chunks, 0.05 s apart: ~4 s in flight
+    """The first job is held in flight at its gate until the refusal is in, so the queue is full by construction."""
+    gate = Path(server.settings.backend_option("gate_file"))
     answers: list[int] = []
 
-    def run() -> None:
-        response = httpx.post(f"{server.url}/v1/audio/speech", json={"input": long_text}, timeout=60)
+    def run(text: str) -> None:
+        response = httpx.post(f"{server.url}/v1/audio/speech", json={"input": text}, timeout=180)
         answers.append(response.status_code)
 
     def wait_for(ready: Callable[[dict[str, Any]], bool]) -> None:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not ready(httpx.get(f"{server.url}/health").json()):
             time.sleep(0.05)
 
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    threads[0].start()
-    wait_for(lambda health: bool(health["in_flight"]))  # sent together, the second could find the first queued
-    threads[1].start()
-    wait_for(lambda health: bool(health["in_flight"]) and health["queue_length"] == 1)  # the queue (size 1) is full
-    refused = httpx.post(f"{server.url}/v1/audio/speech", json={"input": "One more."}, timeout=30)
+    threads = [
+        threading.Thread(target=run, args=(f"Held in flight. {HOLD} Then it ends.",)),
+        threading.Thread(target=run, args=("Queued behind it.",)),
+    ]
+    try:
+        threads[0].start()
+        wait_for(lambda health: bool(health["in_flight"]))  # sent together, the second could find the first queued
+        threads[1].start()
+        wait_for(lambda health: bool(health["in_flight"]) and health["queue_length"] == 1)  # the queue (size 1) is full
+        refused = httpx.post(f"{server.url}/v1/audio/speech", json={"input": "One more."}, timeout=30)
+    finally:
+        gate.touch()  # the held job goes on (also when an assertion above failed: nothing hangs)
     for thread in threads:
-        thread.join(60)
+        thread.join(120)
     assert_error(refused, 429, "rate_limit_error", "busy")
     assert refused.headers["retry-after"] == "2"
     assert answers == [200, 200]
