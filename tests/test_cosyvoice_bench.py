@@ -44,6 +44,21 @@ def test_goal_lines_fail_on_growth_and_pass_when_flat() -> None:
     }
 
 
+def test_a_side_with_one_memory_window_reads_n_a_where_it_cannot_tell_growth() -> None:
+    """``--upstream-requests 4``: upstream's side has only the sample taken after loading. Every goal line still
+    prints; the growth lines say n/a instead of a traceback after all the figures."""
+    ours = _side([5 * MIB] * 4, [900 * MIB] * 4, 10)
+    short = _side([5 * MIB], [900 * MIB], 12)
+    lines = {line.split(":")[0]: line for line in goal_lines(ours, short, None)}
+    assert lines["upstream host RSS growth per zero-shot call, MiB"].endswith(": n/a (goal (reference))")
+    assert lines["max reserved, voicelab / upstream"].endswith("pass")
+    assert lines["host RSS growth per zero-shot call, MiB"].endswith("pass")
+    alone = {line.split(":")[0]: line for line in goal_lines(_side([5 * MIB] * 2, [900 * MIB] * 2, 10), None, None)}
+    assert alone["allocated growth after warm-up, MiB"].endswith(": n/a (goal <= 1)")
+    assert alone["host RSS growth per zero-shot call, MiB"].endswith(": n/a (goal <= 1)")
+    assert alone["inactive split after loading, MiB"].endswith("pass")
+
+
 def test_throughput_requests_are_single_sentences_on_the_base_prompts() -> None:
     jobs = short_jobs()
     assert len(jobs) == 8 and all(20 < len(job.text) < 120 for job in jobs)
