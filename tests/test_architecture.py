@@ -113,3 +113,19 @@ def test_modules_and_functions_stay_small(path: Path) -> None:
 
 def test_the_cycle_check_can_fail() -> None:
     assert list(cycles({"a": {"b"}, "b": {"a"}})) == [["a", "b", "a"]]
+
+
+def test_every_bench_module_serves_a_benchmark_a_user_runs() -> None:
+    """``voicelab/bench`` holds the benchmarks ``python -m voicelab bench NAME`` runs and what they import; a one-off
+    investigation lives in the repository's ``tools/`` folder, outside the package."""
+    from voicelab.cli import BENCHMARKS
+
+    edges = graph(types_too=True)
+    reached, todo = set(), list(BENCHMARKS.values())
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(edges.get(name, ()))
+    bench = {name for name in modules() if name.startswith("voicelab.bench.")}
+    assert sorted(bench - reached) == []

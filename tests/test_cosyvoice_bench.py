@@ -96,7 +96,7 @@ def test_streamed_requests_have_the_named_length_half_in_the_cached_voice_and_rt
 
 
 def test_first_audio_timeline_reads_each_stage_once_and_counts_the_tokens_before_the_flow() -> None:
-    from voicelab.bench.cosyvoice_first_audio import timeline
+    from tools.cosyvoice_first_audio import timeline
 
     marks = [("token", 0.022), ("token", 0.025), ("token", 0.028), ("flow+", 0.030), ("token", 0.031)]
     marks += [("flow-", 0.160), ("vocoder+", 0.161), ("vocoder-", 0.190), ("flow+", 0.300), ("flow-", 0.400)]
@@ -107,7 +107,7 @@ def test_first_audio_timeline_reads_each_stage_once_and_counts_the_tokens_before
 
 
 def test_host_memory_phases_repeat_one_request_then_vary_the_text_then_the_voice(tmp_path: Path) -> None:
-    from voicelab.bench.cosyvoice_host_memory import phases
+    from tools.cosyvoice_host_memory import phases
 
     jobs = workload(60, 200, tmp_path)
     chosen = phases(jobs, 12)
@@ -121,10 +121,10 @@ def test_host_memory_phases_repeat_one_request_then_vary_the_text_then_the_voice
 def test_stream_order_counts_only_the_cached_voice_and_runs_both_paths_and_orders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``bench cosyvoice_stream_order`` over the CPU test double of upstream: each path and order gets its counted
+    """``tools.cosyvoice_stream_order`` over the CPU test double of upstream: each path and order gets its counted
     cached-voice streams (a new voice before each in the second order, never the cached one), and both the engine
     in this process and the spawned worker answer."""
-    from voicelab.bench.cosyvoice_stream_order import ORDERS, main, streams
+    from tools.cosyvoice_stream_order import ORDERS, main, streams
 
     jobs = workload(16, 200, tmp_path)
     interleaved = streams(jobs, 3, 200, after_new_voice=True)
@@ -147,9 +147,9 @@ def test_stream_order_counts_only_the_cached_voice_and_runs_both_paths_and_order
 def test_host_memory_bench_runs_its_phases_with_pooled_llm_threads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``bench cosyvoice_host_memory --llm-threads pooled`` over the CPU test double: the runtime's ``llm_job``
+    """``tools.cosyvoice_host_memory --llm-threads pooled`` over the CPU test double: the runtime's ``llm_job``
     runs on the pool, and each phase prints its RSS line."""
-    from voicelab.bench.cosyvoice_host_memory import main
+    from tools.cosyvoice_host_memory import main
 
     model_dir = tmp_path / "cosyvoice2"
     model_dir.mkdir()
@@ -165,7 +165,7 @@ def test_host_memory_bench_runs_only_the_phases_asked_and_says_what_grew(
 ) -> None:
     """``--phases prompts`` runs that phase alone, and each phase lists its mappings' growth, glibc's in-use bytes
     and the thread count; an unknown phase is refused with the names to choose from."""
-    from voicelab.bench.cosyvoice_host_memory import main
+    from tools.cosyvoice_host_memory import main
 
     model_dir = tmp_path / "cosyvoice2"
     model_dir.mkdir()
@@ -184,8 +184,8 @@ def test_stream_order_trace_prints_each_requests_stages_once(tmp_path: Path) -> 
     """``--trace``'s backend: one line per streamed request, at its first vocoder call, with its stages in order
     (inputs, run, first token, flow, vocoder, first audio), from the runtime's own calls."""
     from tests.fixture_cosyvoice_upstream import create
+    from tools.cosyvoice_stream_order import trace_backend
     from voicelab.backends.base import SpeechRequest
-    from voicelab.bench.cosyvoice_stream_order import trace_backend
     from voicelab.settings import Settings
 
     lines: list[str] = []

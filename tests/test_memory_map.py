@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from voicelab.bench.memory_map import MemoryMap, growth_lines, mapping_name, read_map, rss_by_mapping, rss_kinds
+from tools.memory_map import MemoryMap, growth_lines, mapping_name, read_map, rss_by_mapping, rss_kinds
 
 SMAPS = """\
 55d0c0000000-55d0c0021000 rw-p 00000000 00:00 0                          [heap]
