@@ -29,6 +29,7 @@ from voicelab.ui.history_tab import HistoryBrowser, HistoryView, ReuseTargets, h
 from voicelab.ui.i18n import DETECT_LANGUAGE_JS, I18N, SET_LANGUAGE_JS, t, text_in
 from voicelab.ui.localized import UI_LANGUAGES, choice_labels, ui_language
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
+from voicelab.ui.served import FileAdmission, ServedNames
 from voicelab.ui.serving import cache_cleanup, configure_environment, history_admins
 from voicelab.ui.speak_tab import SpeakView, can_stream, speak_layout
 from voicelab.ui.style_controls import CONTROL_CHOICES
@@ -87,6 +88,7 @@ def build_ui(
     )
     with GuardedBlocks(title="VoiceLab", analytics_enabled=False, delete_cache=cache_cleanup(settings)) as demo:
         demo.i18n_instance = I18N  # what launch(i18n=...) and mount_gradio_app(i18n=...) set
+        demo.intake = FileAdmission(ServedNames(paths.outputs), history, store, history_admins(settings))
         with gr.Row(equal_height=True):
             gr.Markdown(t("header"), elem_id="header")
             page = PageView(
