@@ -1,6 +1,7 @@
 """The studio's named endpoints as API clients use them, with the outputs folder outside the working directory (an
-absolute ``--outputs-dir``, as in any container): plain HTTP fetches every output, only the outputs folder is served,
-and a request may name only files this server received.
+absolute ``--outputs-dir``, as in any container): ``gradio_client`` and plain HTTP fetch every output, ``/speak``,
+``/clone`` and ``/design`` answer plain values (the audio file, its subtitles, the status line; Clone's figures;
+Design's takes), only the outputs folder is served, and a request may name only files this server received.
 
 One app serves the module (tone backend, no login): its working directory lies two folders below the parent it
 shares with the outputs folder, so a path relative to the working directory would start with ``../..``.
@@ -11,11 +12,14 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import soundfile as sf
 
 from tests.api_server import voice_clip
+from tests.fixture_backends import SECONDS_PER_CHAR
 from tests.served_app import Answer, ServedApp, assert_one_sentence
 
 SPEAK = ["Hello there. How are you?", 1.0, 0.667, 0.8, 0.2, -1, "auto"]
@@ -35,25 +39,63 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
         assert "Traceback" not in served.log, served.log[-4000:]
 
 
+@pytest.fixture(scope="module")
+def client(app: ServedApp, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from gradio_client import Client
+
+    downloads = tmp_path_factory.mktemp("downloads")
+    connected = Client(app.url + "/", verbose=False, download_files=str(downloads))
+    try:
+        yield connected
+    finally:
+        connected.close()
+
+
 def outputs_of(app: ServedApp) -> Path:
     return app.cwd.parents[1] / "data" / "voicelab"
+
+
+def seconds(path: str) -> float:
+    audio, rate = sf.read(path)
+    return len(audio) / rate
+
+
+def cue_texts(path: str) -> list[str]:
+    """The subtitles' text lines (SubRip: number, times, text, blank)."""
+    blocks = Path(path).read_text(encoding="utf-8").strip().split("\n\n")
+    return [block.splitlines()[2] for block in blocks]
 
 
 def file_value(path: str | Path) -> dict[str, object]:
     return {"path": str(path), "meta": {"_type": "gradio.FileData"}}
 
 
-def test_gradio_client_downloads_every_file_of_an_answer(app: ServedApp, tmp_path: Path) -> None:
-    """``gradio_client`` builds each file's URL from its name: a name with ``../..`` folded into a 404."""
-    from gradio_client import Client
+def test_speak_answers_the_audio_file_its_subtitles_and_the_status_line(client: Any) -> None:
+    audio, subtitles, status = client.predict(text="Hello there. How are you?", api_name="/speak")
+    spoken = (len("Hello there.") + len("How are you?")) * SECONDS_PER_CHAR + 0.2
+    assert seconds(audio) == pytest.approx(spoken, abs=0.01)
+    assert cue_texts(subtitles) == ["Hello there. How are you?"]  # the tone backend says it in one chunk
+    assert "s of audio" in status and "seed" in status
 
-    client = Client(app.url + "/", verbose=False, download_files=str(tmp_path))
-    try:
-        outputs = client.predict(text="Hello there.", api_name="/speak")
-    finally:
-        client.close()
-    files = sorted(Path(value).suffix for value in outputs if isinstance(value, str) and Path(value).is_file())
-    assert files == [".srt", ".wav"], outputs
+
+def test_clone_answers_audio_subtitles_status_and_figures(client: Any, tmp_path: Path) -> None:
+    from gradio_client import handle_file
+
+    clip = tmp_path / "prompt.wav"
+    clip.write_bytes(voice_clip())
+    audio, subtitles, status, figures = client.predict(
+        prompt=handle_file(str(clip)), transcript="", text="Hello there.", instruction="", api_name="/clone"
+    )
+    assert seconds(audio) == pytest.approx(len("Hello there.") * SECONDS_PER_CHAR, abs=0.01)
+    assert cue_texts(subtitles) == ["Hello there."]
+    assert "seed" in status and "Similarity to the prompt" in figures and "Median pitch" in figures
+
+
+def test_design_answers_each_take_as_a_file_and_unused_takes_as_null(client: Any) -> None:
+    *takes, status, style = client.predict(text="Two takes.", takes=2, instruction="", api_name="/design")
+    assert [take is not None for take in takes] == [True, True, False, False]
+    assert all(seconds(take) > 0 for take in takes[:2])
+    assert "take 2:" in status and style.startswith("**Style:**")
 
 
 def test_plain_http_fetches_each_output_by_its_url_and_no_server_path_is_shown(app: ServedApp) -> None:

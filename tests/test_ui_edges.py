@@ -153,7 +153,7 @@ def _speak_and_find(app: ServedApp, client: httpx.Client, text: str) -> tuple[st
     """(the History id, the served cache path) of one Speak generation."""
     answer = app.call("speak", with_(SPEAK, 0, text), client)
     assert answer.event == "complete", answer
-    path = answer.data[2]["path"]
+    path = answer.data[0]["path"]
     entry_id = re.search(r"(\d{8}-\d{6}-[0-9a-f]{12})\.wav$", path)
     assert entry_id is not None, path
     return entry_id.group(1), path

@@ -15,6 +15,7 @@ outputs name their files by served name (``outputs/...``), never by the server's
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import logging
@@ -72,6 +73,28 @@ def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
             raise unexpected(handler, exc) from exc
 
     return wrapper
+
+
+def api_answer(handler: Callable[..., Any], keep: tuple[int, ...]) -> Callable[..., tuple[Any, ...]]:
+    """A page's handler as a named endpoint for API clients: one answer (a streaming handler's last outputs), the
+    outputs at ``keep`` in that order, each a plain value (a player's ``gr.update`` as its value), with the handler's
+    own parameters (Gradio and the refusals read them from its signature)."""
+
+    @functools.wraps(handler)
+    def endpoint(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        answer = handler(*args, **kwargs)
+        if inspect.isgenerator(answer):
+            [answer] = collections.deque(answer, maxlen=1)  # the take, after the chunks
+        return tuple(plain(answer[index]) for index in keep)
+
+    return endpoint
+
+
+def plain(value: Any) -> Any:
+    """An output as an API client wants it: an update's value (a hidden player's is null), anything else as it is."""
+    if isinstance(value, dict) and value.get("__type__") == "update":
+        return value.get("value")
+    return value
 
 
 def unexpected(handler: Callable[..., Any], exc: Exception) -> gr.Error:
