@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ import openai
 import pytest
 
 from tests.api_server import NATIVE, LiveServer, decode, live_server, voice_clip
-from tests.fixture_native_backend import prompt_pitch_hz
+from tests.fixture_native_backend import HOLD, prompt_pitch_hz
 from voicelab.settings import Settings
 
 TEXT = "Hello there. How are you?"  # two sentences of 12 characters: 0.6 s + 0.2 s + 0.6 s
@@ -28,10 +29,11 @@ TEXT_S = 1.4
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     outputs = tmp_path_factory.mktemp("api-outputs")
+    gate = tmp_path_factory.mktemp("api-gate") / "open"  # created by the test that holds a job in flight
     settings = Settings(
         backend=NATIVE,
         outputs_dir=str(outputs),
-        backend_options="chunk_delay_s=0.05",
+        backend_options=f"chunk_delay_s=0.05,gate_file={gate}",
         queue_size=1,
         max_text_chars=2000,
         max_upload_mb=1,
@@ -142,50 +144,82 @@ def test_user_mistakes_get_their_status_and_sentence(http: httpx.Client) -> None
     )
 
 
+def wait_for(server: LiveServer, ready: Callable[[dict[str, Any]], bool]) -> None:
+    """Until /health shows the engine in the state the caller holds it in (bounded, so a failure cannot hang)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not ready(httpx.get(f"{server.url}/health").json()):
+        time.sleep(0.05)
+
+
+def held_then_queued(server: LiveServer, first: threading.Thread, second: threading.Thread) -> None:
+    """Start ``first`` (its text holds it in flight at the gate), then ``second`` once the first is in flight (sent
+    together, the second could find the first still queued: the queue of one would then be full), until it waits."""
+    first.start()
+    wait_for(server, lambda health: bool(health["in_flight"]))
+    second.start()
+    wait_for(server, lambda health: bool(health["in_flight"]) and health["queue_length"] == 1)
+
+
+def busy_answers(server: LiveServer) -> float:
+    """How many requests the server has answered busy so far (its metrics)."""
+    metrics = httpx.get(f"{server.url}/metrics").text
+    found = re.search(r'^voicelab_requests_total\{outcome="busy"\} (\S+)$', metrics, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
 def test_two_clients_streaming_at_once_both_get_complete_audio(server: LiveServer) -> None:
+    """The first client's stream is held at its gate while the second's job waits, so both streams are open at once."""
+    gate = Path(server.settings.backend_option("gate_file"))
+    gate.unlink(missing_ok=True)
     results: dict[int, bytes] = {}
+    texts = {1: f"Client 1 speaks now. {HOLD} And goes on a while. Then stops.",
+             2: "Client 2 speaks now. And goes on a while. Then stops."}  # fmt: skip
 
     def stream(n: int) -> None:
-        body = {"input": f"Client {n} speaks now. And goes on a while. Then stops.", "response_format": "pcm"}
-        with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body, timeout=60) as response:
+        body = {"input": texts[n], "response_format": "pcm"}
+        with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body, timeout=180) as response:
             results[n] = b"".join(response.iter_bytes()) if response.status_code == 200 else b""
 
     threads = [threading.Thread(target=stream, args=(n,)) for n in (1, 2)]
+    try:
+        held_then_queued(server, *threads)
+    finally:
+        gate.touch()  # the held job goes on (also when the wait above failed: nothing hangs)
     for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    expected_s = (20 + 20 + 11) * 0.05 + 2 * 0.2  # "Client n speaks now." "And goes on a while." "Then stops."
+        thread.join(120)
+    gate.unlink()
+    expected_s = {1: (20 + 8 + 20 + 11) * 0.05 + 3 * 0.2, 2: (20 + 20 + 11) * 0.05 + 2 * 0.2}  # characters, silences
     for n in (1, 2):
-        assert abs(len(results[n]) / 2 / 24000 - expected_s) < 0.01, n
+        assert abs(len(results[n]) / 2 / 24000 - expected_s[n]) < 0.01, n
 
 
 def test_a_full_queue_answers_429_with_retry_after(server: LiveServer) -> None:
-    long_text = " ".join(f"Sentence number {i}." for i in range(80))  # 80 chunks, 0.05 s apart: ~4 s in flight
+    """The first job is held in flight at its gate until the refusal is in, so the queue is full by construction."""
+    gate = Path(server.settings.backend_option("gate_file"))
+    gate.unlink(missing_ok=True)
     answers: list[int] = []
+    busy_before = busy_answers(server)
 
-    def run() -> None:
-        response = httpx.post(f"{server.url}/v1/audio/speech", json={"input": long_text}, timeout=60)
+    def run(text: str) -> None:
+        response = httpx.post(f"{server.url}/v1/audio/speech", json={"input": text}, timeout=180)
         answers.append(response.status_code)
 
-    def wait_for(ready: Callable[[dict[str, Any]], bool]) -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not ready(httpx.get(f"{server.url}/health").json()):
-            time.sleep(0.05)
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    threads[0].start()
-    wait_for(lambda health: bool(health["in_flight"]))  # sent together, the second could find the first queued
-    threads[1].start()
-    wait_for(lambda health: bool(health["in_flight"]) and health["queue_length"] == 1)  # the queue (size 1) is full
-    refused = httpx.post(f"{server.url}/v1/audio/speech", json={"input": "One more."}, timeout=30)
+    threads = [
+        threading.Thread(target=run, args=(f"Held in flight. {HOLD} Then it ends.",)),
+        threading.Thread(target=run, args=("Queued behind it.",)),
+    ]
+    try:
+        held_then_queued(server, *threads)  # the queue (size 1) is full
+        refused = httpx.post(f"{server.url}/v1/audio/speech", json={"input": "One more."}, timeout=30)
+    finally:
+        gate.touch()  # the held job goes on (also when an assertion above failed: nothing hangs)
     for thread in threads:
-        thread.join(60)
+        thread.join(120)
+    gate.unlink()
     assert_error(refused, 429, "rate_limit_error", "busy")
     assert refused.headers["retry-after"] == "2"
     assert answers == [200, 200]
-    metrics = httpx.get(f"{server.url}/metrics").text
-    assert 'voicelab_requests_total{outcome="busy"} 1.0' in metrics
+    assert busy_answers(server) == busy_before + 1
 
 
 def test_saved_voices_are_listed_fetched_and_deleted(http: httpx.Client, server: LiveServer) -> None:

@@ -29,13 +29,13 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imports_of(path: Path, known: set[str]) -> set[str]:
-    """Modules of the package this file imports (at any level, TYPE_CHECKING blocks excluded)."""
+def imports_of(path: Path, known: set[str], types_too: bool = False) -> set[str]:
+    """Modules of the package this file imports (at any level; TYPE_CHECKING blocks only with ``types_too``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skipped = {
         id(node)
         for block in ast.walk(tree)
-        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        if not types_too and isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
         for node in ast.walk(block)
     }
     out: set[str] = set()
@@ -51,9 +51,9 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
     return out
 
 
-def graph() -> dict[str, set[str]]:
+def graph(types_too: bool = False) -> dict[str, set[str]]:
     found = modules()
-    return {name: imports_of(path, set(found)) - {name} for name, path in found.items()}
+    return {name: imports_of(path, set(found), types_too) - {name} for name, path in found.items()}
 
 
 def cycles(edges: dict[str, set[str]]) -> Iterator[list[str]]:
@@ -78,6 +78,12 @@ def cycles(edges: dict[str, set[str]]) -> Iterator[list[str]]:
 
 def test_no_import_cycles() -> None:
     edges = {k: {v for v in vs if not k.startswith(v + ".")} for k, vs in graph().items()}  # a package's own init
+    assert list(cycles(edges)) == []
+
+
+def test_no_import_cycles_through_type_only_imports() -> None:
+    """Two modules that name each other's types depend on each other, imported under TYPE_CHECKING or not."""
+    edges = {k: {v for v in vs if not k.startswith(v + ".")} for k, vs in graph(types_too=True).items()}
     assert list(cycles(edges)) == []
 
 
@@ -126,3 +132,19 @@ def test_modules_and_functions_stay_small(path: Path) -> None:
 
 def test_the_cycle_check_can_fail() -> None:
     assert list(cycles({"a": {"b"}, "b": {"a"}})) == [["a", "b", "a"]]
+
+
+def test_every_bench_module_serves_a_benchmark_a_user_runs() -> None:
+    """``voicelab/bench`` holds the benchmarks ``python -m voicelab bench NAME`` runs and what they import; a one-off
+    investigation lives in the repository's ``tools/`` folder, outside the package."""
+    from voicelab.cli import BENCHMARKS
+
+    edges = graph(types_too=True)
+    reached, todo = set(), list(BENCHMARKS.values())
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(edges.get(name, ()))
+    bench = {name for name in modules() if name.startswith("voicelab.bench.")}
+    assert sorted(bench - reached) == []

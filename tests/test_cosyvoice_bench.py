@@ -44,6 +44,21 @@ def test_goal_lines_fail_on_growth_and_pass_when_flat() -> None:
     }
 
 
+def test_a_side_with_one_memory_window_reads_n_a_where_it_cannot_tell_growth() -> None:
+    """``--upstream-requests 4``: upstream's side has only the sample taken after loading. Every goal line still
+    prints; the growth lines say n/a instead of a traceback after all the figures."""
+    ours = _side([5 * MIB] * 4, [900 * MIB] * 4, 10)
+    short = _side([5 * MIB], [900 * MIB], 12)
+    lines = {line.split(":")[0]: line for line in goal_lines(ours, short, None)}
+    assert lines["upstream host RSS growth per zero-shot call, MiB"].endswith(": n/a (goal (reference))")
+    assert lines["max reserved, voicelab / upstream"].endswith("pass")
+    assert lines["host RSS growth per zero-shot call, MiB"].endswith("pass")
+    alone = {line.split(":")[0]: line for line in goal_lines(_side([5 * MIB] * 2, [900 * MIB] * 2, 10), None, None)}
+    assert alone["allocated growth after warm-up, MiB"].endswith(": n/a (goal <= 1)")
+    assert alone["host RSS growth per zero-shot call, MiB"].endswith(": n/a (goal <= 1)")
+    assert alone["inactive split after loading, MiB"].endswith("pass")
+
+
 def test_throughput_requests_are_single_sentences_on_the_base_prompts() -> None:
     jobs = short_jobs()
     assert len(jobs) == 8 and all(20 < len(job.text) < 120 for job in jobs)
@@ -81,7 +96,7 @@ def test_streamed_requests_have_the_named_length_half_in_the_cached_voice_and_rt
 
 
 def test_first_audio_timeline_reads_each_stage_once_and_counts_the_tokens_before_the_flow() -> None:
-    from voicelab.bench.cosyvoice_first_audio import timeline
+    from tools.cosyvoice_first_audio import timeline
 
     marks = [("token", 0.022), ("token", 0.025), ("token", 0.028), ("flow+", 0.030), ("token", 0.031)]
     marks += [("flow-", 0.160), ("vocoder+", 0.161), ("vocoder-", 0.190), ("flow+", 0.300), ("flow-", 0.400)]
@@ -92,7 +107,7 @@ def test_first_audio_timeline_reads_each_stage_once_and_counts_the_tokens_before
 
 
 def test_host_memory_phases_repeat_one_request_then_vary_the_text_then_the_voice(tmp_path: Path) -> None:
-    from voicelab.bench.cosyvoice_host_memory import phases
+    from tools.cosyvoice_host_memory import phases
 
     jobs = workload(60, 200, tmp_path)
     chosen = phases(jobs, 12)
@@ -106,10 +121,10 @@ def test_host_memory_phases_repeat_one_request_then_vary_the_text_then_the_voice
 def test_stream_order_counts_only_the_cached_voice_and_runs_both_paths_and_orders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``bench cosyvoice_stream_order`` over the CPU test double of upstream: each path and order gets its counted
+    """``tools.cosyvoice_stream_order`` over the CPU test double of upstream: each path and order gets its counted
     cached-voice streams (a new voice before each in the second order, never the cached one), and both the engine
     in this process and the spawned worker answer."""
-    from voicelab.bench.cosyvoice_stream_order import ORDERS, main, streams
+    from tools.cosyvoice_stream_order import ORDERS, main, streams
 
     jobs = workload(16, 200, tmp_path)
     interleaved = streams(jobs, 3, 200, after_new_voice=True)
@@ -132,9 +147,9 @@ def test_stream_order_counts_only_the_cached_voice_and_runs_both_paths_and_order
 def test_host_memory_bench_runs_its_phases_with_pooled_llm_threads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``bench cosyvoice_host_memory --llm-threads pooled`` over the CPU test double: the runtime's ``llm_job``
+    """``tools.cosyvoice_host_memory --llm-threads pooled`` over the CPU test double: the runtime's ``llm_job``
     runs on the pool, and each phase prints its RSS line."""
-    from voicelab.bench.cosyvoice_host_memory import main
+    from tools.cosyvoice_host_memory import main
 
     model_dir = tmp_path / "cosyvoice2"
     model_dir.mkdir()
@@ -150,7 +165,7 @@ def test_host_memory_bench_runs_only_the_phases_asked_and_says_what_grew(
 ) -> None:
     """``--phases prompts`` runs that phase alone, and each phase lists its mappings' growth, glibc's in-use bytes
     and the thread count; an unknown phase is refused with the names to choose from."""
-    from voicelab.bench.cosyvoice_host_memory import main
+    from tools.cosyvoice_host_memory import main
 
     model_dir = tmp_path / "cosyvoice2"
     model_dir.mkdir()
@@ -169,8 +184,8 @@ def test_stream_order_trace_prints_each_requests_stages_once(tmp_path: Path) -> 
     """``--trace``'s backend: one line per streamed request, at its first vocoder call, with its stages in order
     (inputs, run, first token, flow, vocoder, first audio), from the runtime's own calls."""
     from tests.fixture_cosyvoice_upstream import create
+    from tools.cosyvoice_stream_order import trace_backend
     from voicelab.backends.base import SpeechRequest
-    from voicelab.bench.cosyvoice_stream_order import trace_backend
     from voicelab.settings import Settings
 
     lines: list[str] = []

@@ -32,7 +32,7 @@ def cuda_llm(tmp_path_factory: pytest.TempPathFactory) -> Any:
     code = require_upstream()
     given = os.environ.get("VOICELAB_COSYVOICE_RANDOM_DIR")
     if given:
-        from voicelab.bench.cosyvoice_decode import load_llm
+        from tools.cosyvoice_decode import load_llm
 
         return load_llm(Path(given), str(code), "cuda", "float32")
     return tiny_llm(tmp_path_factory.mktemp("tiny-llm")).cuda()
@@ -53,7 +53,7 @@ def llm(cuda_llm: Any) -> Iterator[Any]:
 
 
 def _tokens(llm: Any, index: int, seed: int, tokens: int = TOKENS) -> list[int]:
-    from voicelab.bench.cosyvoice_decode import request_inputs
+    from tools.cosyvoice_decode import request_inputs
 
     torch.manual_seed(seed)
     return [int(t) for t in llm.inference(**request_inputs(llm, index, tokens))]

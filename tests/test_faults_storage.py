@@ -89,7 +89,7 @@ def test_app_with_an_unwritable_outputs_folder_still_speaks(app_without_outputs:
     assert "engine" in panel_html(app.url)
     client = Client(app.url, verbose=False, download_files=False)
     try:
-        *_live, audio, meta = client.predict("Nowhere to keep this.", *SPEAK, api_name="/speak")
+        audio, _subtitles, meta = client.predict("Nowhere to keep this.", *SPEAK, api_name="/speak")
     finally:
         client.close()
     assert audio_path(audio).endswith(".wav")
@@ -119,7 +119,7 @@ def app_on_full_disk(tmp_path: Path) -> Iterator[AppProcess]:
 def test_app_on_a_full_disk_answers_with_audio_or_one_sentence(app_on_full_disk: AppProcess) -> None:
     client = Client(app_on_full_disk.url, verbose=False, download_files=False)
     try:
-        *_live, audio, meta = client.predict(
+        audio, _subtitles, meta = client.predict(
             "A rather longer sentence that will not fit on this disk.", *SPEAK, api_name="/speak"
         )
     except AppError as exc:

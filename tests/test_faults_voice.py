@@ -160,7 +160,7 @@ def settled_panel(url: str, timeout: float = 120.0) -> str:
 def _speak(url: str) -> tuple[object, str]:
     client = Client(url, verbose=False, download_files=False)
     try:
-        *_live, audio, meta = client.predict("Is anybody there?", *SPEAK, api_name="/speak")
+        audio, _subtitles, meta = client.predict("Is anybody there?", *SPEAK, api_name="/speak")
         return audio, meta
     finally:
         client.close()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
-from voicelab.bench.memory_map import MemoryMap, growth_lines, mapping_name, read_map, rss_by_mapping, rss_kinds
+from tools.memory_map import MemoryMap, growth_lines, mapping_name, read_map, rss_by_mapping, rss_kinds
 
+REPO = Path(__file__).resolve().parents[1]
 SMAPS = """\
 55d0c0000000-55d0c0021000 rw-p 00000000 00:00 0                          [heap]
 Size:                132 kB
@@ -51,7 +55,7 @@ def test_growth_lists_the_largest_changes_per_call_then_malloc_and_threads() -> 
     ]
 
 
-def test_this_process_reading_sees_new_pages_and_new_malloc_bytes() -> None:
+def pages_and_block_show() -> None:
     """New anonymous pages show in the mapped RSS, and a malloc'd block in glibc's bytes in use (it may come from
     free heap that is already resident, as after the Piper backend's mallopt: so the pages are mapped apart)."""
     import mmap
@@ -69,3 +73,11 @@ def test_this_process_reading_sees_new_pages_and_new_malloc_bytes() -> None:
     kinds_line = [line for line in growth_lines(before, after, 1) if "VmRSS" in line]
     assert len(kinds_line) == 1 and "the mappings' sum +" in kinds_line[0]
     pages.close()
+
+
+def test_a_process_reading_sees_new_pages_and_new_malloc_bytes() -> None:
+    """In a fresh process of one thread: in a test runner's, other modules' threads free heap between the two
+    readings, and glibc's in-use bytes then grew by less than the block."""
+    check = "from tests.test_memory_map import pages_and_block_show; pages_and_block_show()"
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -20,6 +20,8 @@ USERS = {"ann": "pw-ann", "bob": "pw-bob", "root": "pw-root"}
 SPEAK = ["Hello there.", 1.0, 0.667, 0.8, 0.2, -1, "auto"]  # text, speed, noise_scale, noise_w, silence, seed, language
 DESIGN = ["Hello there.", 1, "", "", None, None, None, None, None, None, None]
 NAN, INF = float("nan"), float("inf")
+FILE_META = {"_type": "gradio.FileData"}
+NOT_RECEIVED = "The voice prompt must be a file uploaded to this server first (POST /gradio_api/upload), or null."
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +80,10 @@ REFUSALS = [
     ("clone", ["abc", "", "Hi.", *SPEAK[1:]], "must be a file uploaded to this server"),
     ("clone", [{"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}, "", "Hi.", *SPEAK[1:]], "upload"),
     ("clone", [{"path": "file:/etc/passwd", "meta": {"_type": "gradio.FileData"}}, "", "Hi.", *SPEAK[1:]], "file"),
+    ("clone", [{"path": "https://example.com/v.wav", "meta": FILE_META}, "", "Hi.", *SPEAK[1:]], NOT_RECEIVED),
+    ("clone", [{"path": "no/such/voice.wav", "meta": FILE_META}, "", "Hi.", *SPEAK[1:]], NOT_RECEIVED),
+    ("clone", [{"path": "/etc/passwd"}, "", "Hi.", *SPEAK[1:]], "The voice prompt must be a file uploaded"),
+    ("voice_save", ["me", {"path": "/etc/passwd"}, ""], "The voice prompt must be a file uploaded"),
     ("clone", [None, "x"], "/clone takes 17 values (prompt, transcript, text"),
     ("soft_restart", ["yes"], "force must be true or false"),
     ("soft_restart", [1], "force must be true or false"),
@@ -147,7 +153,7 @@ def _speak_and_find(app: ServedApp, client: httpx.Client, text: str) -> tuple[st
     """(the History id, the served cache path) of one Speak generation."""
     answer = app.call("speak", with_(SPEAK, 0, text), client)
     assert answer.event == "complete", answer
-    path = answer.data[2]["path"]
+    path = answer.data[0]["path"]
     entry_id = re.search(r"(\d{8}-\d{6}-[0-9a-f]{12})\.wav$", path)
     assert entry_id is not None, path
     return entry_id.group(1), path
@@ -222,3 +228,23 @@ def test_gradio_client_calls_endpoints_by_parameter_name(app: ServedApp) -> None
     assert names[4:] == ["age", "gender", "pitch", "pitch_variation", "volume", "speed", "emotion"]
     outputs = client.predict(text="Named at last.", takes=1, instruction="", speed="very slow", api_name="/design")
     assert "take 1:" in outputs[-2] and "speed" in outputs[-1]
+
+
+def test_a_login_may_name_only_files_it_sent_or_history_it_sees(
+    app: ServedApp, ann: httpx.Client, tmp_path: Path
+) -> None:
+    """A clip planted in the system temp folder is never read; a History entry's audio is, by the login that sees it
+    (and the admin), never by another login."""
+    planted = tmp_path / "planted.wav"
+    planted.write_bytes(voice_clip(hz=140.0))
+    as_prompt = {"path": str(planted), "meta": FILE_META}
+    refused(app.call("clone", [as_prompt, "", "Hi.", *SPEAK[1:]], ann), NOT_RECEIVED)
+    words = "A generation long enough to serve as a voice prompt for the next one, if its owner asks for that."
+    entry_id, _ = _speak_and_find(app, ann, words)
+    own = {"path": f"outputs/history/{entry_id}.wav", "meta": FILE_META}
+    bob, root = app.login("bob", USERS["bob"]), app.login("root", USERS["root"])
+    refused(app.call("clone", [own, "", "Hi.", *SPEAK[1:]], bob), NOT_RECEIVED)
+    assert app.call("clone", [own, words, "Hi.", *SPEAK[1:]], ann).event == "complete"
+    assert app.call("clone", [own, words, "Hi.", *SPEAK[1:]], root).event == "complete"
+    uploads = app.cwd / "outputs" / ".gradio" / "uploads"
+    assert [p for p in uploads.rglob("planted*")] == []

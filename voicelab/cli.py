@@ -21,15 +21,13 @@ from voicelab.settings import HELP
 
 log = logging.getLogger(__name__)
 
+# The benchmarks a user runs; one-off investigations live in the repository's tools/ folder (tools/README.md).
 BENCHMARKS: dict[str, str] = {
     "rtf": "voicelab.bench.rtf",
     "soak": "voicelab.bench.soak",
     "devices": "voicelab.bench.devices",  # throughput with 1 vs N devices (--devices cuda:0,cuda:1)
     "load": "voicelab.bench.load_api",  # browser sessions, or API clients with --api
     "cosyvoice": "voicelab.bench.cosyvoice",
-    "cosyvoice_first_audio": "voicelab.bench.cosyvoice_first_audio",  # a lone streamed request, stage by stage
-    "cosyvoice_host_memory": "voicelab.bench.cosyvoice_host_memory",  # RSS per phase: one request, texts, voices
-    "cosyvoice_stream_order": "voicelab.bench.cosyvoice_stream_order",  # first audio: in-process vs worker, order
     "mandarin_rtf": "voicelab.bench.mandarin_rtf",  # the Mandarin voice: PyTorch vs the TFLite reference
     "throughput": "voicelab.bench.throughput",  # concurrent clients, micro-batched vs one job at a time
 }

@@ -135,22 +135,45 @@ def _print_side(label: str, result: dict[str, Any]) -> None:
         )
 
 
-def _rss_per_call(result: dict[str, Any]) -> float:
+def _after_warm_up(samples: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The first window's sample (the warm-up done) and the last one; ``None`` when no window came after it (a side
+    run on fewer than two windows of requests cannot tell growth)."""
+    if len(samples) < 3:  # samples[0] is taken after loading, one more per window of requests
+        return None
+    return samples[1], samples[-1]
+
+
+def _allocated_growth(result: dict[str, Any]) -> float | None:
+    """Allocated bytes gained after the warm-up, in MiB."""
+    span = _after_warm_up(result["samples"])
+    return None if span is None else (span[1]["allocated"] - span[0]["allocated"]) / MIB
+
+
+def _rss_per_call(result: dict[str, Any]) -> float | None:
     """Host RSS growth per request after the first window (the warm-up), in MiB."""
-    samples = result["samples"]
-    calls = (samples[-1]["window"] - samples[1]["window"]) * WINDOW
-    return (samples[-1]["rss"] - samples[1]["rss"]) / MIB / max(calls, 1)
+    span = _after_warm_up(result["samples"])
+    if span is None:
+        return None
+    calls = (span[1]["window"] - span[0]["window"]) * WINDOW
+    return (span[1]["rss"] - span[0]["rss"]) / MIB / max(calls, 1)
+
+
+Goal = tuple[str, float | None, str, bool]  # name, figure (None: this run cannot tell), goal, met
+
+
+def _at_most(value: float | None, limit: float) -> bool:
+    return value is not None and value <= limit
 
 
 def goal_lines(ours: dict[str, Any], upstream: dict[str, Any] | None, probe: dict[str, Any] | None) -> list[str]:
-    """The issue's goals, each as 'name: figure (goal) pass|FAIL'."""
-    samples = ours["samples"]
-    lines: list[tuple[str, float, str, bool]] = [
-        ("allocated growth after warm-up, MiB", (samples[-1]["allocated"] - samples[1]["allocated"]) / MIB,
-         "<= 1", samples[-1]["allocated"] - samples[1]["allocated"] <= MIB),
+    """The issue's goals, each as 'name: figure (goal) pass|FAIL', or 'name: n/a (goal)' where a side ran too few
+    requests to tell."""
+    samples, growth, rss = ours["samples"], _allocated_growth(ours), _rss_per_call(ours)
+    lines: list[Goal] = [
+        ("allocated growth after warm-up, MiB", growth, "<= 1", _at_most(growth, 1.0)),
         ("inactive split after loading, MiB", samples[0]["inactive_split"] / MIB, "0",
          samples[0]["inactive_split"] == 0),
-        ("host RSS growth per zero-shot call, MiB", _rss_per_call(ours), "<= 1", _rss_per_call(ours) <= 1.0),
+        ("host RSS growth per zero-shot call, MiB", rss, "<= 1", _at_most(rss, 1.0)),
         ("Soft restart VRAM minus a fresh start's, MiB", (ours["restarted_nvml"] - ours["fresh_nvml"]) / MIB,
          "<= 64", ours["restarted_nvml"] - ours["fresh_nvml"] <= 64 * MIB),
     ]  # fmt: skip
@@ -171,7 +194,13 @@ def goal_lines(ours: dict[str, Any], upstream: dict[str, Any] | None, probe: dic
     if probe is not None:
         ratio = probe["probe_peak"] / ours["probe_peak"]
         lines.append(("probe dtype peak / float32 peak", ratio, "<= 0.65", ratio <= 0.65))
-    return [f"{name}: {value:.3f} (goal {goal}) {'pass' if ok else 'FAIL'}" for name, value, goal, ok in lines]
+    return [_goal_line(*line) for line in lines]
+
+
+def _goal_line(name: str, value: float | None, goal: str, ok: bool) -> str:
+    if value is None:
+        return f"{name}: n/a (goal {goal})"
+    return f"{name}: {value:.3f} (goal {goal}) {'pass' if ok else 'FAIL'}"
 
 
 def _streamed_by_voice(rows: Sequence[Sequence[float]]) -> dict[str, list[Sequence[float]]]:
@@ -182,11 +211,11 @@ def _streamed_by_voice(rows: Sequence[Sequence[float]]) -> dict[str, list[Sequen
     return split
 
 
-def _throughput_lines(ours: dict[str, Any], upstream: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
+def _throughput_lines(ours: dict[str, Any], upstream: dict[str, Any]) -> list[Goal]:
     """Requests/s at 8 and 16 clients over upstream's at the same count, or at its largest one when it ran fewer
     (its webui serves two at a time, so past two clients its throughput is flat)."""
     theirs = {row["clients"]: row["requests_per_s"] for row in upstream.get("throughput", [])}
-    lines = []
+    lines: list[Goal] = []
     for row in ours.get("throughput", []):
         goal = {8: 4.0, 16: 6.0}.get(row["clients"])
         if goal is None or not theirs:

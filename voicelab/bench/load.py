@@ -186,7 +186,7 @@ def speak_once(client: Any, submission: Submission, timeout_s: float) -> Outcome
 
     job = client.submit(submission.text, *SPEAK_DEFAULTS, submission.seed, api_name="/speak")
     try:
-        *_live, audio, meta = job.result(timeout=timeout_s)  # (live stream, saved audio, status line)
+        audio, *_subtitles, meta = job.result(timeout=timeout_s)  # (saved audio, subtitles, status line)
     except AppError as exc:
         message = str(exc.message)
         kind = "busy" if "busy" in message.lower() and is_clear_sentence(message) else "error"

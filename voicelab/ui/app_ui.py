@@ -23,12 +23,13 @@ from voicelab.ui.cache import UploadCache
 from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
 from voicelab.ui.devices import device_tabs, wire_device_tabs
-from voicelab.ui.edges import GuardedBlocks
+from voicelab.ui.edges import GuardedBlocks, api_answer
 from voicelab.ui.handlers import CONTROL_NAMES, Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, ReuseTargets, history_layout, wire_history
 from voicelab.ui.i18n import DETECT_LANGUAGE_JS, I18N, SET_LANGUAGE_JS, t, text_in
 from voicelab.ui.localized import UI_LANGUAGES, choice_labels, ui_language
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
+from voicelab.ui.served import FileAdmission, ServedNames
 from voicelab.ui.serving import cache_cleanup, configure_environment, history_admins
 from voicelab.ui.speak_tab import SpeakView, can_stream, speak_layout
 from voicelab.ui.style_controls import CONTROL_CHOICES
@@ -87,6 +88,7 @@ def build_ui(
     )
     with GuardedBlocks(title="VoiceLab", analytics_enabled=False, delete_cache=cache_cleanup(settings)) as demo:
         demo.i18n_instance = I18N  # what launch(i18n=...) and mount_gradio_app(i18n=...) set
+        demo.intake = FileAdmission(ServedNames(paths.outputs), history, store, history_admins(settings))
         with gr.Row(equal_height=True):
             gr.Markdown(t("header"), elem_id="header")
             page = PageView(
@@ -128,37 +130,54 @@ def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings)
 
 def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> None:
     """The three Generate buttons, each refreshing History when it succeeds, through the filter the History tab
-    shows (without it, a generation that ended after the user filtered replaced the filtered list with every entry)."""
+    shows (without it, a generation that ended after the user filtered replaced the filtered list with every entry).
+    Speak and Clone stream to the page's live player; API clients call ``/speak``, ``/clone`` and ``/design``
+    (``_wire_api``)."""
     limit: dict[str, Any] = {"concurrency_limit": settings.queue_size + GENERATE_CONCURRENCY_HEADROOM}
     limit["concurrency_id"] = "generate"
     speak, clone, design, history = views.speak, views.clone, views.design, views.history
+    page: dict[str, Any] = {"preprocess": False, "api_visibility": "private", **limit}
     gr.on(
         [speak.generate.click, speak.text.submit],
         handlers.studio.speak,
         inputs=speak.inputs,
         outputs=[speak.live, speak.subtitles, speak.audio, speak.meta],
-        api_name="speak",
-        preprocess=False,
-        **limit,
+        api_name="speak_live",
+        **page,
     ).success(handlers.history.refresh, inputs=history.query, outputs=history.listing, **QUIET)
     gr.on(
         [clone.generate.click],
         handlers.studio.clone,
         inputs=clone.inputs,
         outputs=[clone.live, clone.subtitles, clone.audio, clone.meta, clone.figures],
-        api_name="clone",
-        preprocess=False,
-        **limit,
+        api_name="clone_live",
+        **page,
     ).success(handlers.history.refresh, inputs=history.query, outputs=history.listing, **QUIET)
     gr.on(
         [design.generate.click],
         handlers.studio.design,
         inputs=design.inputs,
         outputs=[*design.takes_audio, design.meta, design.style.parsed],
-        api_name="design",
-        preprocess=False,
-        **limit,
+        api_name="design_takes",
+        **page,
     ).success(handlers.history.refresh, inputs=history.query, outputs=history.listing, **QUIET)
+    _wire_api(views, handlers, limit)
+
+
+def _wire_api(views: Views, handlers: Handlers, limit: dict[str, Any]) -> None:
+    """``/speak``, ``/clone`` and ``/design`` for API clients: no trigger on the page, one answer once the takes are
+    saved, plain values (the audio file, its subtitles, the status line; Clone's figures; Design's takes, unused ones
+    null, its status and style lines), the same parameters and queue as the buttons."""
+    speak, clone, design = views.speak, views.clone, views.design
+    endpoints = (
+        ("speak", handlers.studio.speak, speak.inputs, [speak.audio, speak.subtitles, speak.meta], (2, 1, 3)),
+        ("clone", handlers.studio.clone, clone.inputs, [clone.audio, clone.subtitles, clone.meta, clone.figures],
+         (2, 1, 3, 4)),
+        ("design", handlers.studio.design, design.inputs, [*design.takes_audio, design.meta, design.style.parsed],
+         tuple(range(len(design.takes_audio) + 2))),
+    )  # fmt: skip
+    for name, handler, inputs, outputs, keep in endpoints:
+        gr.on([], api_answer(handler, keep), inputs=inputs, outputs=outputs, api_name=name, preprocess=False, **limit)
 
 
 def _wire_style_helpers(views: Views) -> None:

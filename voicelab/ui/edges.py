@@ -7,15 +7,19 @@ that is not an upload of this server. :class:`GuardedBlocks` turns those into a 
 (and no traceback in the log). Gradio's HTTP routes raise for an unknown endpoint name or an upload part
 without a file; :func:`gradio_error_handlers` are FastAPI exception handlers, passed through the documented
 ``app_kwargs`` of ``launch`` / ``mount_gradio_app``, that answer those with a 4xx and one sentence.
+
+Before any of that, each file a request names passes :class:`voicelab.ui.served.FileAdmission` (only what this
+server received, and the History and saved voices the login may see), so Gradio never reads or copies another file;
+outputs name their files by served name (``outputs/...``), never by the server's path.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import logging
-import os
-import urllib.parse
+import re
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
@@ -27,6 +31,8 @@ from gradio_client.utils import is_file_obj_with_meta, traverse
 
 from voicelab.engine.validation import as_seed
 from voicelab.errors import InvalidPromptError, VoiceLabError
+from voicelab.ui.i18n import english
+from voicelab.ui.served import FileAdmission, NotAdmitted
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +73,28 @@ def shows_errors(handler: Callable[P, R]) -> Callable[P, R]:
             raise unexpected(handler, exc) from exc
 
     return wrapper
+
+
+def api_answer(handler: Callable[..., Any], keep: tuple[int, ...]) -> Callable[..., tuple[Any, ...]]:
+    """A page's handler as a named endpoint for API clients: one answer (a streaming handler's last outputs), the
+    outputs at ``keep`` in that order, each a plain value (a player's ``gr.update`` as its value), with the handler's
+    own parameters (Gradio and the refusals read them from its signature)."""
+
+    @functools.wraps(handler)
+    def endpoint(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        answer = handler(*args, **kwargs)
+        if inspect.isgenerator(answer):
+            [answer] = collections.deque(answer, maxlen=1)  # the take, after the chunks
+        return tuple(plain(answer[index]) for index in keep)
+
+    return endpoint
+
+
+def plain(value: Any) -> Any:
+    """An output as an API client wants it: an update's value (a hidden player's is null), anything else as it is."""
+    if isinstance(value, dict) and value.get("__type__") == "update":
+        return value.get("value")
+    return value
 
 
 def unexpected(handler: Callable[..., Any], exc: Exception) -> gr.Error:
@@ -123,6 +151,21 @@ def with_defaults(block_fn: Any, inputs: list[Any]) -> list[Any]:
     return inputs
 
 
+def label_words(component: Any) -> str:
+    """A component's label as the words a sentence starts with: "Voice prompt: 1 to 30 s…" → "The voice prompt"."""
+    words = re.split(r"[:(]", english(getattr(component, "label", None)), maxsplit=1)[0].strip()
+    return f"The {words[0].lower()}{words[1:]}" if words else "The file"
+
+
+def file_refusal(block_fn: Any, component: Any) -> str:
+    """The one sentence for a file value this server cannot take (``component`` is the input it came in)."""
+    if isinstance(component, FILE_COMPONENTS):
+        where = "uploaded to this server first (POST /gradio_api/upload)"
+        return f"{label_words(component)} must be a file {where}, or null."
+    name = f"/{block_fn.api_name}" if block_fn.api_name else "This action"
+    return f"{name} could not read the values it was sent."
+
+
 def intake_refusal(block_fn: Any, inputs: list[Any]) -> str:
     """The one sentence for a request Gradio could not take in (``block_fn`` is Gradio's ``BlockFunction``)."""
     name = f"/{block_fn.api_name}" if block_fn.api_name else "This action"
@@ -131,14 +174,56 @@ def intake_refusal(block_fn: Any, inputs: list[Any]) -> str:
         names = parameter_names(block_fn.fn)[: len(wanted)]
         listed = f" ({', '.join(names)})" if len(names) == len(wanted) else ""
         return f"{name} takes {len(wanted)} values{listed}; {len(inputs)} were sent."
-    files = [c.label or "the file" for c in wanted if isinstance(c, FILE_COMPONENTS)]
-    if files:
-        return f"{files[0]} must be a file uploaded to this server first (POST /gradio_api/upload), or null."
-    return f"{name} could not read the values it was sent."
+    files = [c for c in wanted if isinstance(c, FILE_COMPONENTS)]
+    return file_refusal(block_fn, files[0] if files else None)
 
 
 class GuardedBlocks(gr.Blocks):
-    """``gr.Blocks`` whose input intake fails with one sentence instead of Gradio's multi-line report."""
+    """``gr.Blocks`` whose input intake fails with one sentence instead of Gradio's multi-line report.
+
+    ``intake`` (set by ``build_ui``) admits the files a request names and names the files of its answers."""
+
+    intake: FileAdmission | None = None
+
+    async def process_api(
+        self,
+        block_fn: Any,
+        inputs: list[Any],
+        state: Any = None,
+        request: Any = None,
+        iterator: Any = None,
+        session_hash: str | None = None,
+        event_id: str | None = None,
+        event_data: Any = None,
+        in_event_listener: bool = True,
+        simple_format: bool = False,
+        explicit_call: bool = False,
+        root_path: str | None = None,
+        oauth_token: Any = None,
+    ) -> dict[str, Any]:
+        """Gradio's, after the files of a new call are admitted (a generator's later steps carry no inputs)."""
+        if iterator is None:
+            inputs = self.admitted(self.fns[block_fn] if isinstance(block_fn, int) else block_fn, inputs, request)
+        return await super().process_api(
+            block_fn, inputs, state, request, iterator, session_hash, event_id, event_data, in_event_listener,
+            simple_format, explicit_call, root_path, oauth_token,
+        )  # fmt: skip
+
+    def admitted(self, block_fn: Any, inputs: list[Any], request: Any) -> list[Any]:
+        """Each input with its files as server paths, or a refusal in one sentence before anything is read."""
+        if self.intake is None or block_fn.batch:
+            return inputs
+        login = login_of(None if isinstance(request, list) else request)
+        admitted = []
+        for index, value in enumerate(inputs or []):
+            try:
+                admitted.append(self.intake.admit(value, login))
+            except NotAdmitted as exc:
+                component = block_fn.inputs[index] if index < len(block_fn.inputs) else None
+                sentence = file_refusal(block_fn, component)
+                log.info("refused a file the caller may not read (%s): %s", exc, sentence)
+                raise gr.Error(sentence, print_exception=False) from None
+        return admitted
 
     async def preprocess_data(
         self, block_fn: Any, inputs: list[Any], state: Any, explicit_call: bool = False
@@ -154,24 +239,11 @@ class GuardedBlocks(gr.Blocks):
             raise gr.Error(sentence, print_exception=False) from exc
 
     async def postprocess_data(self, block_fn: Any, predictions: Any, state: Any) -> list[Any]:
-        """Outputs name their files relative to the working directory, never by the server's absolute path."""
+        """Outputs name their files by served name (``outputs/...``), never by the server's path."""
         data = await super().postprocess_data(block_fn, predictions, state)
-        return list(traverse(data, relative_file, is_file_obj_with_meta))
-
-
-def relative_file(file: dict[str, Any]) -> dict[str, Any]:
-    """A Gradio file value with ``path`` (and the ``url`` made from it) relative to the working directory."""
-    path = file.get("path")
-    if not isinstance(path, str) or not os.path.isabs(path):
-        return file
-    relative = os.path.relpath(path)
-    # Outside the working directory the name starts with "..": a browser would fold "/../" in a URL, so
-    # there the slashes travel encoded (the server decodes them back before it resolves the name).
-    in_url = urllib.parse.quote(relative, safe="") if relative.startswith("..") else relative
-    url = file.get("url")
-    if isinstance(url, str) and url.endswith(path):
-        file = {**file, "url": url[: len(url) - len(path)] + in_url}
-    return {**file, "path": relative}
+        if self.intake is None:
+            return list(data)
+        return list(traverse(data, self.intake.names.named, is_file_obj_with_meta))
 
 
 def _answer(code: int, message: str) -> JSONResponse:

@@ -116,6 +116,13 @@ def text_in(key: str, language: str) -> str:
     return TRANSLATIONS[ui_language(language)][key]
 
 
+def english(text: object) -> str:
+    """A label or text as English words on the server (a translated one by its English text, never its key)."""
+    if isinstance(text, I18nData):
+        return TRANSLATIONS["en"].get(text.key, text.key)
+    return "" if text is None else str(text)
+
+
 # The switch: read the saved choice (else the browser's language), and make Gradio's own locale follow it.
 # Gradio keeps its locale in its core module's store; ``changeLocale`` is that module's export for it.
 _CHANGE_LOCALE = """

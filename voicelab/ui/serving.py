@@ -2,7 +2,8 @@
 
 Gradio serves three kinds of files: paths in ``allowed_paths``, its upload/cache folder (``GRADIO_TEMP_DIR``)
 and its examples cache (``GRADIO_EXAMPLES_CACHE``, relative to the working directory by default). All three
-are pointed inside the outputs folder here, so ``/gradio_api/file=...`` can reach nothing else. The
+are pointed inside the outputs folder here, so ``/gradio_api/file=...`` can reach nothing else; files are named
+there by served name (``outputs/...``, ``voicelab.ui.served``), wherever the outputs folder lies. The
 environment must be set before any component is built (components read ``GRADIO_TEMP_DIR`` when created),
 which is why ``build_ui`` calls :func:`configure_environment` first. When the outputs folder cannot be written,
 Gradio gets a private temporary folder instead (it still serves only that and the history folder), so the
@@ -18,11 +19,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from fastapi.middleware import Middleware
+
 from voicelab.errors import InvalidSettingError
 from voicelab.files import display_path
 from voicelab.settings import Settings
 from voicelab.ui.edges import gradio_error_handlers
 from voicelab.ui.i18n import I18N
+from voicelab.ui.served import ServedNames, ServedNamesMiddleware
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +143,10 @@ def launch_options(settings: Settings) -> dict[str, Any]:
         "footer_links": ["api"],
         "show_error": True,
         "css": CSS,
-        "app_kwargs": {"exception_handlers": gradio_error_handlers()},
+        "app_kwargs": {
+            "exception_handlers": gradio_error_handlers(),
+            "middleware": [Middleware(ServedNamesMiddleware, names=ServedNames(paths.outputs))],
+        },
         "i18n": I18N,  # English and Chinese (voicelab.ui.i18n)
     }
 

@@ -107,6 +107,7 @@ class PiperBackend:
         self.dtype = "float32"
         self.cuda_graphs, self.graph_bytes = cuda_graphs, graph_bytes
         self._model: VitsModel | None = None
+        self._graphs: VitsGraphs | None = None  # the model's CUDA graphs (model.graphs), kept typed for release
 
     @property
     def capabilities(self) -> Capabilities:
@@ -151,32 +152,30 @@ class PiperBackend:
             keep_freed_memory_for_reuse()
         model.flow.to(DTYPES[dtype])
         model.dec.to(DTYPES[dtype])
-        self._model = model.to(target)
+        self._model, self._graphs = model.to(target), None
         self.batch_policy = self._chosen_policy or BatchPolicy.for_device(str(target))  # before graphs: their budget
         if target.type == "cuda" and self.cuda_graphs:
-            model.graphs = VitsGraphs(model, max_bytes=self.graph_bytes)
+            self._graphs = model.graphs = VitsGraphs(model, max_bytes=self.graph_bytes)
             with torch.inference_mode(), exact_float32(target):
-                captured = model.graphs.capture_all(self.batch_policy.max_padded_ids)
+                captured = self._graphs.capture_all(self.batch_policy.max_padded_ids)
             logger.info("captured %d CUDA graph buckets for %s", captured, self.voice_name)
         self.device, self.dtype = str(target), dtype
         logger.info("loaded piper voice %s on %s (%s)", self.voice_name, self.device, self.dtype)
 
     def unload(self) -> None:
         """Drop the model so its device memory can be returned."""
-        self._model = None
+        self._model = self._graphs = None
         gc.collect()
         if self.device.startswith("cuda") and torch.cuda.is_available():
             torch.cuda.empty_cache()
 
     def release_graphs(self) -> int:
         """Drop the captured CUDA graphs (their pool memory becomes freeable); they are captured again on use."""
-        graphs = self._model.graphs if self._model is not None else None
-        return graphs.release() if graphs is not None else 0
+        return self._graphs.release() if self._graphs is not None else 0
 
     def graph_buckets(self) -> tuple[GraphBucket, ...]:
         """The CUDA graph buckets captured so far, with their memory and timings (empty on CPU)."""
-        graphs = self._model.graphs if self._model is not None else None
-        return graphs.reports() if graphs is not None else ()
+        return self._graphs.reports() if self._graphs is not None else ()
 
     def sentences(self, text: str) -> list[Sentence]:
         """Sentences with their text, phonemes and ids (raises InvalidTextError)."""

@@ -19,15 +19,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from voicelab.backends.base import GraphBucket
 from voicelab.backends.cuda_graphs import bucket_for, device_ms
-
-if TYPE_CHECKING:
-    from voicelab.backends.piper.model import VitsModel
+from voicelab.backends.piper.model import VitsModel
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +51,8 @@ class _Captured:
 
 @dataclass
 class VitsGraphs:
-    """Owned by one ``VitsModel`` on one CUDA device (``model.graphs``)."""
+    """Wraps one ``VitsModel`` on one CUDA device; the model runs its stages through it (``model.graphs``, a
+    ``StageGraphs``), the backend keeps it for capture, release and the reports."""
 
     model: VitsModel
     buckets: Buckets = field(default_factory=Buckets)

@@ -15,19 +15,31 @@ import contextlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:
-    from voicelab.backends.piper.graphs import VitsGraphs
-
 from voicelab.backends.piper.decoder import Generator
 from voicelab.backends.piper.duration import LayerNorm, StochasticDurationPredictor
 from voicelab.backends.piper.flow import ResidualCouplingBlock
 from voicelab.backends.piper.noise import Generators, RowControls, Scale, generators_for, per_row, row_noise
+
+
+class StageGraphs(Protocol):
+    """Replays of the two host-sync-free stages over bucketed shapes (``graphs.VitsGraphs`` wraps a model this way);
+    each returns ``None`` where the stage runs eagerly."""
+
+    def encode(
+        self, ids: torch.Tensor, lengths: torch.Tensor, noise: torch.Tensor, length_scale: Sequence[float]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """``VitsModel.encode`` for ids [b, t]: durations [b, t], m_p and logs_p [b, C, t]."""
+        ...
+
+    def decode(self, z_p: torch.Tensor, frame_lengths: torch.Tensor) -> torch.Tensor | None:
+        """``VitsModel.decode`` for z_p [b, C, T_y]: audio [b, 1, T_y * hop]."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -206,7 +218,7 @@ class VitsModel(nn.Module):
             d.gin_channels,
         )
         self.emb_g = nn.Embedding(d.n_speakers, d.gin_channels) if d.n_speakers > 1 else None
-        self.graphs: VitsGraphs | None = None  # CUDA graphs of encode/decode over bucketed shapes (graphs.py)
+        self.graphs: StageGraphs | None = None  # CUDA graphs of encode/decode over bucketed shapes (graphs.py)
 
     def forward(
         self,

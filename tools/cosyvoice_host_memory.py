@@ -1,12 +1,12 @@
 """Where the CosyVoice worker's host memory grows: RSS and Python's own allocations per phase of requests.
 
-    python -m voicelab bench cosyvoice_host_memory --model-dir DIR [--code DIR] [--phase 30] [--no-scores]
+    python -m tools.cosyvoice_host_memory --model-dir DIR [--code DIR] [--phase 30] [--no-scores]
 
 The engine in this process (``EngineCore`` behind ``InprocClient``, the path every front end takes), zero-shot
 requests after a warm-up of ten, in three phases: the same request again and again (a leak per call), new texts
 in one voice (caches per text length), new prompts (state per voice); ``--phases`` picks some. Each phase prints
 its RSS growth per call, what tracemalloc saw Python allocate (the rest is native), the mappings whose RSS grew most
-(``bench.memory_map``: heap, anonymous, each library), glibc's bytes in use, the thread count, and the largest
+(``tools.memory_map``: heap, anonymous, each library), glibc's bytes in use, the thread count, and the largest
 Python growth by traceback.
 ``--no-scores`` skips the similarity score and pitch of each output (upstream's process does neither): an A/B.
 ``--llm-threads pooled`` runs each request's ``llm_job`` on reused threads instead of a new thread per request
@@ -46,7 +46,7 @@ def phases(jobs: list[Any], size: int, keys: tuple[str, ...] = tuple(PHASES)) ->
 
 
 def _phase(name: str, items: list[Any], generate: Any) -> None:
-    from voicelab.bench.memory_map import growth_lines, read_map
+    from tools.memory_map import growth_lines, read_map
     from voicelab.engine.heap import free_heap_bytes, process_rss
 
     gc.collect()

@@ -1,6 +1,6 @@
 """CosyVoice's speech-token LLM alone: upstream's eager loop vs VoiceLab's fast decode path, side by side in one run.
 
-    python -m voicelab.bench.cosyvoice_decode --model-dir DIR [--code DIR] [--device cuda] [--dtype float32]
+    python -m tools.cosyvoice_decode --model-dir DIR [--code DIR] [--device cuda] [--dtype float32]
         [--tokens 200] [--requests 4] [--clients 1,2,4,8,16] [--json OUT.json]
 
 Both sides get the same requests: the prompt embedding upstream's ``Qwen2LM.inference`` builds from random text
@@ -218,7 +218,7 @@ def report(rows: Sequence[Row], memory: dict[str, float]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m voicelab.bench.cosyvoice_decode", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.cosyvoice_decode", description=__doc__)
     parser.add_argument("--model-dir", required=True, help="a CosyVoice2/3 model directory (random_model output)")
     parser.add_argument("--code", default="", help="an upstream FunAudioLLM/CosyVoice checkout")
     parser.add_argument("--device", default="cuda")

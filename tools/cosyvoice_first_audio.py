@@ -1,6 +1,6 @@
 """Where a lone streamed CosyVoice request's first audio goes: per stage, from the runtime's own calls.
 
-    python -m voicelab bench cosyvoice_first_audio --model-dir DIR [--code DIR] [--slots 16] [--runs 8]
+    python -m tools.cosyvoice_first_audio --model-dir DIR [--code DIR] [--slots 16] [--runs 8]
 
 Loads the model as the backend does (``load_runtime``), makes one prompt's features (a cached voice from then on),
 and runs ``--runs`` streamed requests of 200-character texts (their first sentence) one at a time, stopping each at

@@ -1,6 +1,6 @@
 """Streamed first audio with a cached voice, by path and by what ran before: where ``bench cosyvoice``'s extra goes.
 
-    python -m voicelab bench cosyvoice_stream_order --model-dir DIR [--code DIR] [--requests 6] [--chars 200]
+    python -m tools.cosyvoice_stream_order --model-dir DIR [--code DIR] [--requests 6] [--chars 200]
         [--backend-options decode_slots=16] [--paths inproc,worker] [--auto-clean on|off]
 
 On the H200 (session 9) the same cached voice and texts gave a first audio of 0.235 s (p50) through the engine in
@@ -59,7 +59,7 @@ def _stamp(name: str, call: Callable[..., Any], marks: list[tuple[str, float]]) 
 def trace_runtime(runtime: Any, sync: Callable[[], None], say: Callable[[str], None]) -> None:
     """Stamp a loaded runtime: the request's start (its prompt transcript normalised, the backend's first call),
     its inputs, its run, every token, the flow and the vocoder; after the first vocoder call, ``say`` the timeline."""
-    from voicelab.bench.cosyvoice_first_audio import instrument, timeline
+    from tools.cosyvoice_first_audio import instrument, timeline
 
     marks: list[tuple[str, float]] = []
     instrument(runtime, marks, sync)
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auto-clean", choices=("on", "off"), default="on", help="the clean between jobs (A/B)")
     args = parser.parse_args(argv)
     if args.trace:
-        args.backend = "voicelab.bench.cosyvoice_stream_order:traced"
+        args.backend = "tools.cosyvoice_stream_order:traced"
     settings = engine_settings(args, auto_clean=args.auto_clean == "on")
     jobs = workload(16, args.chars, Path(tempfile.mkdtemp()))  # 11 voices new to the cache
     for path in args.paths.split(","):
