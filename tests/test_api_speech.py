@@ -116,6 +116,9 @@ def test_sse_sends_base64_deltas_then_done(http: httpx.Client) -> None:
     assert response.headers["content-type"].startswith("text/event-stream")
     events = [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
     assert [e["type"] for e in events][-1] == "speech.audio.done" and events[-1]["usage"]["input_tokens"] == len(TEXT)
+    figures = events[-1]["voicelab"]  # the take's figures: what synth prints and History keeps
+    assert figures["job_id"] == response.headers["x-job-id"] and figures["seed"] == int(response.headers["x-seed"])
+    assert figures["similarity"] is None and figures["similarity_ge2e"] is None  # no prompt: nothing to compare
     body = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
     audio, rate = decode(body)
     assert abs(len(audio) / rate - TEXT_S) < 0.01

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from voicelab.history import History
 from voicelab.settings import Settings
 from voicelab.ui.panel import ResourcePanel, _engine_line
 from voicelab.ui.progress import count_sentences, first_words
+from voicelab.voice.cache import ProfileCacheStats
 
 TONE = "tests.fixture_backends:ToneBackend"
 DEFAULTS = (1.0, 0.667, 0.8, 0.2, -1)
@@ -85,6 +87,15 @@ def test_the_engine_line_says_starting_not_no_worker_while_a_job_waits() -> None
     assert "no worker yet" not in line and "worker starting" in line
     busy = _engine_line(status, QueueView("Read this long chapter aloud for me please", 4.2, ()))
     assert "running “Read this long chapter aloud for…” for 4 s" in busy
+
+
+def test_the_engine_line_counts_the_similarity_judges_device_memory() -> None:
+    cache = ProfileCacheStats(size=1, capacity=8, hits=0, misses=1, device_bytes=1792, judge_bytes=83_289_976)
+    status = EngineStatus(True, 0, None, 7, 0, 1, 0, None, None, None, None, None, profile_cache=cache)
+    line = _engine_line(status, QueueView("", 0.0, ()))
+    assert "voice profiles 1/8, hit rate 0% · similarity judge 79 MiB" in line
+    unloaded = replace(cache, judge_bytes=0)  # no prompt yet: the judge has not loaded, and nothing is claimed
+    assert "judge" not in _engine_line(replace(status, profile_cache=unloaded), QueueView("", 0.0, ()))
 
 
 def test_long_text_counts_sentences_done_of_total(tmp_path: Path) -> None:
