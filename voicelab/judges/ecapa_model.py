@@ -296,8 +296,16 @@ def load_embedding_state(model: EcapaTdnn, state: dict[str, torch.Tensor]) -> in
     zeroed = 0
     with torch.no_grad():
         for tensor in model.state_dict().values():
-            if tensor.is_floating_point():
-                subnormal = (tensor != 0) & (tensor.abs() < torch.finfo(tensor.dtype).tiny)
+            if tensor.dtype == torch.float32:
+                subnormal = _subnormal_float32(tensor)
                 zeroed += int(subnormal.sum())
                 tensor.masked_fill_(subnormal, 0.0)
     return zeroed
+
+
+def _subnormal_float32(tensor: torch.Tensor) -> torch.Tensor:
+    """Subnormal entries told by their bits (a zero exponent, a nonzero mantissa): a comparison would miss them in a
+    process where ``torch.set_flush_denormal(True)`` is on (the Mandarin voice turns it on), as the CPU reads them
+    as zero there."""
+    bits = tensor.view(torch.int32)
+    return ((bits & 0x7F800000) == 0) & ((bits & 0x007FFFFF) != 0)
