@@ -2,10 +2,10 @@
 
 run.sh runs in a copy of the repository's top level with stand-ins on ``PATH``: a ``python3`` whose ``-m venv``
 makes an environment whose python logs ``pip`` and ``app.py``/``pytest`` calls instead of running them (anything
-else, such as the weights check, runs in this interpreter), an ``ffmpeg`` that is there, an ``apt-get`` that
-fails, and a local bare git repository standing in for upstream's at a commit that is not its newest. Nothing is
-downloaded. What only a networked machine shows: pip resolving and installing the real pins (torch and torchaudio
-2.11 are several GB) and the clone of github.com/FunAudioLLM/CosyVoice itself.
+else, such as the weights check, runs in this interpreter), an ``ffmpeg`` that is there, an ``apt-get`` and a
+``sudo`` that fail, and a local bare git repository standing in for upstream's at a commit that is not its newest.
+Nothing is downloaded. What only a networked machine shows: pip resolving and installing the real pins (torch and
+torchaudio 2.11 are several GB) and the clone of github.com/FunAudioLLM/CosyVoice itself.
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def checkout(tmp_path: Path) -> Checkout:
     stub(stubs / "python3", FAKE_PYTHON)
     stub(stubs / "venv-python", VENV_PYTHON)
     stub(stubs / "ffmpeg", "#!/bin/sh\nexit 0\n")
-    stub(stubs / "apt-get", '#!/bin/sh\necho "apt-get $*" >>"$RUN_LOG"\nexit 1\n')
+    for tool in ("apt-get", "sudo"):  # nothing is installed on this machine
+        stub(stubs / tool, f'#!/bin/sh\necho "{tool} $*" >>"$RUN_LOG"\nexit 1\n')
     bare, pinned, newest = upstream_stand_in(tmp_path)
     env = {
         "PATH": f"{stubs}:{os.environ['PATH']}",
@@ -196,7 +197,7 @@ def test_the_two_default_commands_are_unchanged(checkout: Checkout) -> None:
     ]
     tested = checkout.run("test", "-k", "words", CI="true")
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    tail = [line for line in checkout.log()[5:] if not line.startswith("apt-get")]
+    tail = [line for line in checkout.log()[5:] if not line.startswith(("apt-get", "sudo"))]
     assert tail == [
         "pip .venv install --upgrade pip",
         "pip .venv install -r requirements.txt",
