@@ -1,7 +1,7 @@
 """VoiceLab entry point: parse settings, start the engine client and telemetry, serve the API with the UI mounted.
 
 Usage: ``python app.py [--host 127.0.0.1] [--port 7860] [--auth user:password] [--device cuda] ...``; every
-setting also reads ``VOICELAB_<NAME>`` from the environment (see README, Configuration).
+setting also reads ``VOICELAB_<NAME>`` from the environment (docs/configuration.md).
 """
 
 from __future__ import annotations

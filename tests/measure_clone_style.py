@@ -1,4 +1,4 @@
-"""Clone + instruction through the Clone button's handler: median F0 and level of each clone (README table).
+"""Clone + instruction through the Clone button's handler: median F0 and level of each clone (docs/benchmarks.md).
 
 Run: ``python -m tests.measure_clone_style [cpu|cuda]`` (built-in voices, prompt tests/data/arctic_slt_en_female.wav).
 """

@@ -1,6 +1,6 @@
 """The package's shape, checked: no import cycle, no upward import, small modules and functions.
 
-DESIGN.md's layering: ``voice``, ``instruct``, ``backends`` and ``judges`` are lower layers and never import ``engine``,
+The layers: ``voice``, ``instruct``, ``backends`` and ``judges`` are lower layers and never import ``engine``,
 ``ui``, ``api`` or ``studio``; the UI never imports torch (``test_the_ui_never_imports_torch``).
 """
 

@@ -310,7 +310,7 @@ def test_decode_stream_option_is_on_or_off_in_one_sentence() -> None:
 
 
 def test_the_panel_gets_the_llm_step_graphs_beside_the_flow_buckets(tmp_path: Path) -> None:
-    """Issue 16: the graph pools' memory on the panel, the decode path's as well as the flow's; none on the CPU."""
+    """The graph pools' memory on the panel, the decode path's as well as the flow's; none on the CPU."""
     from types import SimpleNamespace
 
     from voicelab.backends.base import GraphBucket

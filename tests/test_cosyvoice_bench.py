@@ -11,7 +11,7 @@ from voicelab.bench.cosyvoice import MIB, goal_lines, short_jobs, summary, workl
 from voicelab.bench.cosyvoice_sides import stream_jobs
 
 
-def test_workload_spans_the_issue_range_with_new_prompts_and_mandarin(tmp_path: Path) -> None:
+def test_workload_spans_the_goal_range_with_new_prompts_and_mandarin(tmp_path: Path) -> None:
     jobs = workload(200, 200, tmp_path)
     lengths = [len(job.text) for job in jobs]
     assert min(lengths) >= 5 and max(lengths) <= 200 and len(set(lengths)) > 60

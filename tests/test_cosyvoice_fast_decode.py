@@ -2,7 +2,7 @@
 
 Needs transformers, HyperPyYAML and an upstream CosyVoice checkout (see ``fixture_cosyvoice_llm``): CI and the
 default .venv have none of them, so every test here skips there. Run them from a CosyVoice environment, e.g.
-``/work/venv-llm/bin/python -m pytest -q tests/test_cosyvoice_fast_decode.py``.
+``.venv-cosy/bin/python -m pytest -q tests/test_cosyvoice_fast_decode.py`` (or ``./run.sh test --backend cosyvoice``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Supervision as a user meets it (issue 15.6): a replacement worker killed while it starts is tried again, the
+"""Supervision as a user meets it: a replacement worker killed while it starts is tried again, the
 jobs waiting meanwhile are served instead of failing, and the counters count each job and each worker once."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_a_replacement_killed_while_starting_is_retried_and_the_queue_is_served(
         _until(engine, "a replacement starting", lambda s: s.workers[0].state == "starting" and s.workers[0].pid > 0)
         replacement = engine.status().workers[0].pid
         assert replacement != first_pid
-        os.kill(replacement, signal.SIGKILL)  # killed while it loads, as the issue's probe did
+        os.kill(replacement, signal.SIGKILL)  # killed while it loads, as the 2026-12-01 report's probe did
         assert all(job.result(timeout=120).duration_s > 0 for job in queued)
         status = engine.status()
         assert status.workers[0].pid not in (first_pid, replacement)

@@ -691,7 +691,7 @@ def test_engine_is_healthy_after_the_batch(engine: EngineClient, first_pid: int)
 
 
 def test_the_suite_is_big_and_broad() -> None:
-    """At least 200 generated cases over the categories the issue lists."""
+    """At least 200 generated cases over the categories of bad input a user can send."""
     cases: list[PromptCase | TextCase] = [*PROMPT_CASES, *TEXT_CASES, *ENGINE_PROMPT_CASES]
     names = [c.name for c in cases] + list(UNCHECKED_PROMPTS)
     assert len(names) == len(set(names)) and len(names) >= 200

@@ -76,7 +76,7 @@ def test_rss_watch_warns_with_numbers_after_warm_up_and_clears() -> None:
 
 
 def test_rss_that_comes_with_new_threads_moves_the_baseline() -> None:
-    """Session 12: 16 clients at once started new worker threads (each with cuDNN's plans and a malloc arena of its
+    """2026-12-02: 16 clients at once started new worker threads (each with cuDNN's plans and a malloc arena of its
     own) and RSS rose 2897 -> 3063 MiB; that is the threads', not a leak. Growth without new threads still warns."""
     watch = RssWatch(150 * MiB, warmup_jobs=1)
     watch.observe(2897 * MiB, threads=6)

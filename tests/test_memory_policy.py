@@ -28,7 +28,7 @@ def stats(
 
 def test_a_healthy_allocator_is_left_alone() -> None:
     policy = HygienePolicy()
-    # the DESIGN.md measurement: ~370 MB reserved with expandable segments, nothing fragmented
+    # as measured (docs/ARCHITECTURE.md): ~370 MB reserved with expandable segments, nothing fragmented
     assert policy.should_clean(stats(allocated=300 * MiB, reserved=370 * MiB), H200) is None
     assert policy.should_clean(stats(), 0) is None  # CPU
 
@@ -54,7 +54,7 @@ def test_a_cache_past_its_byte_bound_is_cleaned_once_even_where_the_share_is_nev
 
 def test_the_default_returns_the_cache_cosyvoice_settled_at_and_settings_carry_it() -> None:
     """Over 200 CosyVoice requests on the H200 the cache settled at ~900 MiB over 3.6 GiB allocated (4 MiB above
-    upstream's peak reserved) and a 1 GiB bound never cleaned it (session 11); the default bound is below that."""
+    upstream's peak reserved) and a 1 GiB bound never cleaned it (2026-12-02); the default bound is below that."""
     settled = stats(allocated=3694 * MiB, reserved=4592 * MiB)
     assert HygienePolicy().should_clean(settled, H200) == "cached free memory is 898 MiB (limit 768 MiB)"
     assert HygienePolicy().should_clean(stats(allocated=3694 * MiB, reserved=4300 * MiB), H200) is None
@@ -108,7 +108,7 @@ def test_leak_watch_fires_after_growth_beyond_the_bound_and_not_before() -> None
 
 
 def test_memory_that_comes_with_new_threads_is_not_a_leak_but_growth_between_them_is() -> None:
-    """Session 12 on the H200: 8 then 16 clients at once started new job threads, each with its own cuBLAS
+    """H200, 2026-12-02: 8 then 16 clients at once started new job threads, each with its own cuBLAS
     workspace (33 MiB), and allocated between jobs rose 3694 -> 4288 -> 4842 MiB; the watch called it a leak."""
     watch = LeakWatch(bound_bytes=64 * MiB, warmup_jobs=2)
     for _ in range(2):

@@ -1,7 +1,7 @@
 """Work that touches the device runs on reused threads, never a new thread per job.
 
 PyTorch keeps cuDNN's execution plans per thread, so a new thread per job planned every convolution again: on the
-H200 that made CosyVoice's first vocoder call in the worker 3-4x slower than in a long-lived thread (session 11).
+H200 that made CosyVoice's first vocoder call in the worker 3-4x slower than in a long-lived thread (2026-12-02).
 These tests pin the property that fixed it: the worker's job runner and the backend's micro-batch threads hand one
 job after another to the same threads, start no more than their size, and survive a failing job.
 """

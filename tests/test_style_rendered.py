@@ -1,4 +1,4 @@
-"""Styles rendered as displayed (issue 14.2): each shown value moves the audio its way, by about its amount.
+"""Styles rendered as displayed: each shown value moves the audio its way, by about its amount.
 
 Measured with the independent ruler of ``tests/audio_measures.py`` against the neutral rendering of the same
 text and seed, in English (the Piper voice, pitch by DSP) and Chinese (the Mandarin voice, pitch by the

@@ -1,4 +1,4 @@
-"""The page shows only what the loaded backend supports (issue 10.3), read from its ``Capabilities``.
+"""The page shows only what the loaded backend supports, read from its ``Capabilities``.
 
 Three backends through the same load handler: the tone backend (one option, no streaming), the plug-in native
 backend (native cloning, instructions and streaming, no options) and CosyVoice through its test double

@@ -1,4 +1,4 @@
-"""Clone + instruction in one request (issue 14.1), as the Clone button sends it: what the listener hears.
+"""Clone + instruction in one request, as the Clone button sends it: what the listener hears.
 
 The built-in voices (CPU) clone the prompt and style it in the same request: "speak higher" and the Pitch
 dropdown raise the clone's median F0 by about their amount, "louder" raises its level. A native-instruction

@@ -1,4 +1,4 @@
-"""The Clone button on CosyVoice through the real upstream code (random weights) on an NVIDIA GPU (issue 10.3, 14.1).
+"""The Clone button on CosyVoice through the real upstream code (random weights) on an NVIDIA GPU.
 
 The page offers CosyVoice's own controls (its languages, dialect/speed/volume/emotion presets, no Piper sliders),
 and one click of Clone with an instruction and dropdowns runs upstream's instruct mode through the worker engine:

@@ -1,4 +1,4 @@
-"""Every case of the API-edges issue, against the real app over HTTP: one sentence each, nothing of one user
+"""Every reported API edge, against the real app over HTTP: one sentence each, nothing of one user
 shown to another, no server path shown, and no traceback in the server's log.
 
 One app serves the module (tone backend, three logins: ann and bob are users, root sees all History).
@@ -162,7 +162,7 @@ def _speak_and_find(app: ServedApp, client: httpx.Client, text: str) -> tuple[st
 def test_history_works_by_id_and_delete_removes_every_cached_copy(app: ServedApp, ann: httpx.Client) -> None:
     entry_id, served = _speak_and_find(app, ann, "Keep me for a moment.")
     assert ann.get(f"/gradio_api/file={served}").status_code == 200
-    fresh = app.login("ann", USERS["ann"])  # a new session that never listed History
+    fresh = app.login("ann", USERS["ann"])  # a new browser session that never listed History
     shown = app.call("history_show", [entry_id], fresh)
     assert shown.event == "complete" and entry_id in shown.data[2]
     deleted = app.call("history_delete", [entry_id], fresh)

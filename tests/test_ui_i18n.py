@@ -1,4 +1,4 @@
-"""The page's two languages (issue 14.9): every label has both, presets and examples follow the choice."""
+"""The page's two languages: every label has both, presets and examples follow the choice."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Honest progress (issue 14.4) as the buttons and the panel show it, against the real worker engine.
+"""Honest progress as the buttons and the panel show it, against the real worker engine.
 
 A queued job says how many jobs are ahead of it and never "processing"; a long text counts its sentences as
 they arrive; the panel and a waiting Soft restart name the job in flight by its first words, never a hash;

@@ -149,7 +149,7 @@ def test_history_survives_a_server_shutdown_that_clears_gradios_cache(tmp_path: 
 def test_a_generation_refreshes_history_through_the_filter_the_tab_shows(served: Served) -> None:
     """Each Generate button refreshes History when it succeeds. Without the filter as its input, a generation that
     ended after the user had filtered the tab replaced the filtered list with every entry (seen as a browser-test
-    failure under load, session 12: the count read "2 saved generations" under a filter that matched one)."""
+    failure under load on 2026-12-02: the count read "2 saved generations" under a filter that matched one)."""
     config = httpx.get(f"{served.url}/config", timeout=10).json()
     elem = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
     count = next(i for i, e in elem.items() if e == "history-count")

@@ -1,4 +1,4 @@
-"""Gradio's upload cache stays bounded (age, size), loses every copy of a deleted entry, and ends with its session."""
+"""Gradio's upload cache stays bounded (age, size), loses every copy of a deleted entry, and ends with its tab."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Voice matching and styling on the device (issue 13.1), on a real NVIDIA GPU (skipped without CUDA).
+"""Voice matching and styling on the device, on a real NVIDIA GPU (skipped without CUDA).
 
 The PyTorch renderer and the batched scoring on CUDA give what they give on the CPU, a batch of different
 transforms equals each row run alone, and a cloned request through the worker matches on the device.

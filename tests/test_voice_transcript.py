@@ -1,4 +1,4 @@
-"""The prompt transcript is used (issue 14.3): the matcher calibrates the voice on the prompt's own words."""
+"""The prompt transcript is used: the matcher calibrates the voice on the prompt's own words."""
 
 from __future__ import annotations
 

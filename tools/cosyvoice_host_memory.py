@@ -11,7 +11,7 @@ Python growth by traceback.
 ``--no-scores`` skips the similarity score and pitch of each output (upstream's process does neither): an A/B.
 ``--llm-threads pooled`` runs each request's ``llm_job`` on reused threads instead of a new thread per request
 (``speech_loop.PooledThreads``): the next A/B, since neither the scores nor the flow graphs were the cause on the
-H200 (session 9) and the identical request grew ~1 MiB per call there. Backend settings (``fast_decode=off``: upstream's
+H200 (12-02) and the identical request grew ~1 MiB per call there. Backend settings (``fast_decode=off``: upstream's
 own token loop; ``decode_slots=1``: no batcher thread) go through ``--backend-options``.
 """
 

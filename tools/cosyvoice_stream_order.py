@@ -3,7 +3,7 @@
     python -m tools.cosyvoice_stream_order --model-dir DIR [--code DIR] [--requests 6] [--chars 200]
         [--backend-options decode_slots=16] [--paths inproc,worker] [--auto-clean on|off]
 
-On the H200 (session 9) the same cached voice and texts gave a first audio of 0.235 s (p50) through the engine in
+On the H200 (2026-12-02) the same cached voice and texts gave a first audio of 0.235 s (p50) through the engine in
 the caller's process, one stream after another, and 0.323 s in ``bench cosyvoice``'s streamed phase, which runs in
 the worker process and puts a new voice's request before each cached one. This bench separates the two causes:
 for each path (``inproc``: ``EngineCore`` behind ``InprocClient``; ``worker``: the spawned worker behind

@@ -97,7 +97,7 @@ def from_environment(base: Settings | None = None, environ: dict[str, str] | Non
     return replace(base, **changes)
 
 
-# What ``--help`` says of each flag (the README's configuration table says more).
+# What ``--help`` says of each flag (docs/configuration.md says more).
 HELP = {
     "host": "address to listen on; keep 127.0.0.1 unless --auth is set",
     "port": "port to listen on",

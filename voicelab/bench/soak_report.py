@@ -168,7 +168,7 @@ def print_report(results: dict[str, SoakResult], args: argparse.Namespace) -> li
 
 
 def rss_table(results: Sequence[SoakResult]) -> list[str]:
-    """Markdown rows for the README: RSS and p95 first vs last window per mode."""
+    """Markdown rows for docs/benchmarks.md: RSS and p95 first vs last window per mode."""
     rows = ["| mode | RSS first window (MiB) | RSS last (MiB) | ratio | growth (MiB) | p95 first → last (s) |"]
     rows.append("|---|---|---|---|---|---|")
     for r in results:

@@ -28,7 +28,7 @@ class GrowthWatch:
     ``threads`` (the process's live threads at the reading, where the caller gives it): a reading with more threads
     than any before moves the baseline up to it. Each new worker thread brings state of its own that stays with the
     thread, not a leak: a cuBLAS workspace on the device (32 MiB on Hopper, in *allocated* memory; 16 clients at once
-    held 1.2 GiB more on the H200, session 12) and cuDNN's plan cache and a malloc arena on the host. The threads
+    held 1.2 GiB more on the H200, 2026-12-02) and cuDNN's plan cache and a malloc arena on the host. The threads
     are reused, so this happens at most once per thread; growth between such readings still warns.
     """
 

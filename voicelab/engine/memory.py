@@ -193,7 +193,7 @@ CUFFT_PLAN_CACHE_SIZE = 4096  # torch's default: ~55 MiB of host memory when ful
 def cap_plan_cache(device: str, plans: int = CUFFT_PLAN_CACHE_SIZE) -> None:
     """Bound cuFFT's plan cache (one plan per signal length: the speaker encoder, pitch tracker, voice renderer,
     CosyVoice's vocoder and prompt features). A small cap costs host memory instead of saving it: every new length
-    evicts a plan and builds another, and the worker's RSS grew with the churn. On the H200 (session 8, side by
+    evicts a plan and builds another, and the worker's RSS grew with the churn. On the H200 (2026-12-01, side by
     side): the managed Piper soak grew +107 MiB over 1,000 requests with a cap of 32 and +45 MiB with 4,096, and
     CosyVoice2 grew 2.0 MiB per call with new text lengths against 0.26 repeating one request, while upstream's
     own process (torch's default) stayed flat. So the bound is torch's own 4,096, set here so that it is explicit.
@@ -280,13 +280,13 @@ def configure_allocator(environ: MutableMapping[str, str]) -> str:
 
 @dataclass(frozen=True)
 class HygienePolicy:
-    """When to clean the allocator cache between jobs (cleaning after every job costs latency, see DESIGN.md).
+    """When to clean the allocator cache between jobs (cleaning after every job costs latency: docs/ARCHITECTURE.md).
 
     cached_share: clean when cached-but-free memory exceeds this share of the device's total memory.
     cached_bytes: ... or exceeds this many bytes (on a 141 GB H200 a share is never reached: CosyVoice kept the
-    ~2.7 GiB its longest requests had needed cached for good, 1.47x upstream's reserved memory, session 7). 768 MiB:
+    ~2.7 GiB its longest requests had needed cached for good, 1.47x upstream's reserved memory, 2026-12-01). 768 MiB:
     at 1 GiB the clean never fired over 200 CosyVoice requests (its cache settled at ~900 MiB over 3.6 GiB
-    allocated, 4 MiB above upstream's peak reserved, session 11); below that, each long request's cache is
+    allocated, 4 MiB above upstream's peak reserved, 2026-12-02); below that, each long request's cache is
     returned after it instead of kept.
     fragmentation: clean when non-releasable ÷ cached free exceeds this and at least ``min_cached_bytes`` is cached.
     """

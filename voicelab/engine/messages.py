@@ -147,7 +147,7 @@ def _round(value: float | None, digits: int = 4) -> float | None:
 
 @dataclass(frozen=True)
 class AllocatorStats:
-    """PyTorch allocator figures from the worker (DESIGN.md, Telemetry). Zero on CPU.
+    """PyTorch allocator figures from the worker (docs/ARCHITECTURE.md, Telemetry). Zero on CPU.
 
     fragmentation = non_releasable / cached_free (0 when nothing is cached).
     alloc_retries and ooms are deltas since the previous sample.

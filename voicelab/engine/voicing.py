@@ -143,8 +143,8 @@ def style_transform(adjust: StyleAdjust) -> VoiceTransform:
 
 
 def resolve_renderer(name: str, device: str) -> str:
-    """``auto``: WORLD on every device for now: it scores higher similarity (+0.147 vs +0.105 on the dev prompts,
-    README), and the PyTorch renderer is the opt-in speed path until it closes that gap."""
+    """``auto``: WORLD on every device for now: it scores higher similarity (ECAPA +0.008 vs -0.006, GE2E +0.166 vs
+    +0.118 on the test prompts, 2026-12-03, docs/benchmarks.md), and the PyTorch renderer is the opt-in speed path."""
     if name == "auto":
         return "world"
     if name not in RENDERERS:

@@ -1,4 +1,4 @@
-"""What one telemetry sample holds (DESIGN.md, "Telemetry definitions"); frozen so the panel can share them."""
+"""What one telemetry sample holds (docs/ARCHITECTURE.md, "Telemetry"); frozen so the panel can share them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the page shows for the loaded backend and the chosen UI language (issue 10.3, 14.9).
+"""What the page shows for the loaded backend and the chosen UI language.
 
 The backend's ``Capabilities`` decide the controls: its own options (Piper's noise sliders only where the
 backend has them), the live player (only a streaming backend), the text languages it speaks, and which

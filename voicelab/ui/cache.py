@@ -3,7 +3,7 @@
 Gradio copies every file it serves or receives into this folder (content-named subfolders) and, left alone,
 keeps uploads forever. :class:`UploadCache` bounds it by age and by total size (``--upload-cache-max-age-min``,
 ``--upload-cache-max-mb``), removes every cached copy of a History entry when the entry is deleted, and removes
-the voice prompts a browser session uploaded when that session ends (a prompt saved under My voices lives on
+the voice prompts a browser session uploaded when it ends (a prompt saved under My voices lives on
 in ``outputs/voices``). It touches nothing outside its folder and never follows a link.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 RECENT_S = 60.0  # the size bound never removes files this young: Gradio may be serving them right now
-MAX_SESSIONS = 1000  # sessions whose prompts are remembered for removal when they end
+MAX_SESSIONS = 1000  # browser sessions whose prompts are remembered for removal when they end
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class UploadCache:
         return removed
 
     def remember_prompt(self, session: str | None, path: str | os.PathLike[str]) -> None:
-        """A prompt a session uploaded, removed when that session ends (bounded: the oldest sessions drop)."""
+        """A prompt a browser session uploaded, removed when it ends (bounded: the oldest browser sessions drop)."""
         target = Path(os.path.abspath(path))
         if not session or not target.is_relative_to(self.root):
             return
@@ -97,7 +97,7 @@ class UploadCache:
                 self._prompts.pop(next(iter(self._prompts)))
 
     def end_session(self, session: str | None) -> int:
-        """The session's tab was closed: its uploaded prompts go (saved voices keep their own copy)."""
+        """The browser session's tab was closed: its uploaded prompts go (saved voices keep their own copy)."""
         with self._lock:
             paths = self._prompts.pop(session or "", set())
             return sum(1 for path in paths if self._remove(path))

@@ -47,7 +47,7 @@ from voicelab.ui.cache import UploadCache
 from voicelab.ui.edges import login_of, shows_errors, upload_path
 from voicelab.ui.edges import seed_for as seed_for  # re-exported: older callers import it from here
 from voicelab.ui.progress import SentenceCount, queued_line
-from voicelab.ui.style_actions import CONTROL_NAMES as CONTROL_NAMES  # re-exported with the helpers below
+from voicelab.ui.style_actions import CONTROL_NAMES as CONTROL_NAMES  # re-exported with the style functions below
 from voicelab.ui.style_actions import apply_preset as apply_preset
 from voicelab.ui.style_actions import describe_parsed, style_labels
 from voicelab.ui.style_actions import describe_style as describe_style

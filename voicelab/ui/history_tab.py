@@ -1,6 +1,6 @@
 """The History tab: list, filter, play, download, reuse and delete saved generations (it reads the outputs folder).
 
-Every endpoint works by entry id alone (no earlier listing in the same session is needed). With ``--auth`` each
+Every endpoint works by entry id alone (no earlier listing in the same browser session is needed). With ``--auth`` each
 login sees only its own entries; the logins in ``--history-admins`` see everyone's. Deleting asks first (in the
 page; the ``/history_delete`` endpoint deletes at once) and also removes every copy in Gradio's cache.
 """

@@ -1,4 +1,4 @@
-"""The style helpers of the Clone and Design tabs: the dropdowns at the edge, the parsed-style text, presets."""
+"""The style actions of the Clone and Design tabs: the dropdowns at the edge, the parsed-style text, presets."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The style controls shared by the Clone and Design tabs: preset, instruction box, Voice-Sculptor dropdowns.
 
-Laid out once so both tabs offer exactly the same controls (issue 14.1: clone + instruction in one request).
+Laid out once so both tabs offer exactly the same controls (clone + instruction in one request).
 ``style_result`` is left empty for the requested-vs-measured line a finished take reports.
 """
 

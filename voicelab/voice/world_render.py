@@ -1,7 +1,7 @@
 """WORLD resynthesis for the voice transform (the ``world`` renderer): CPU only, numpy.
 
-Kept beside the PyTorch renderer (``voice.spectral``) because it still scores higher similarity on the dev
-prompts (README, cloning table); it costs ~1 s per 10 s of speech on a 2-core CPU and never uses the GPU.
+Kept beside the PyTorch renderer (``voice.spectral``) because it still scores higher similarity on the test
+prompts (docs/benchmarks.md, cloning); it costs ~1 s per 10 s of speech on a 2-core CPU and never uses the GPU.
 WORLD analysis uses Praat F0 refined by stonemask, CheapTrick (envelope) and D4C (aperiodicity) at 5 ms.
 """
 

@@ -10,8 +10,8 @@ with: a batch of requests equals each run alone.
 
 With ``own_stream`` the driver works on a CUDA stream of its own, as upstream runs each ``llm_job`` under its own
 LLM stream, and a request's prompt embedding, made on its caller's stream, is handed over with an event. Off by
-default: on the H200 (session 11) it saved no first-audio time once jobs ran on reused threads (in a long-lived
-thread 0.235 s with it, 0.232 s without; the worker's slow first vocoder call of session 10 was cuDNN replanning
+default: on the H200 (2026-12-02) it saved no first-audio time once jobs ran on reused threads (in a long-lived
+thread 0.235 s with it, 0.232 s without; the worker's slow first vocoder call (that day) was cuDNN replanning
 in a new thread per job, not the shared stream), and it held ~90-110 MiB more reserved memory (4,680 against
 4,592 MiB over the same 60 requests), since the caching allocator keeps each stream's freed blocks apart.
 """

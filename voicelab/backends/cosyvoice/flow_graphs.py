@@ -1,7 +1,7 @@
 """CUDA graphs of CosyVoice's flow estimator over length buckets, kept only where measured faster and equal.
 
 The flow decoder calls its estimator once per Euler step (10 per request, classifier-free guidance as a batch of 2),
-and each call is hundreds of small kernels; on the H200 the flow took 41 % of a CosyVoice2 request (session 6
+and each call is hundreds of small kernels; on the H200 the flow took 41 % of a CosyVoice2 request (2026-12-01
 profile). ``GraphedEstimator`` stands in for ``flow.decoder.estimator`` (upstream's classes are untouched): a call
 is padded at the end to the smallest bucket holding its length, copied into the bucket's static buffers and
 replayed. Padding at the end does not change the frames before it (causal, masked convolutions; attention over

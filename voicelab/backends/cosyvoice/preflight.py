@@ -2,14 +2,19 @@
 
 ``voicelab.backends.registry.preflight`` calls it in the server process (``app.py``, ``voicelab synth``) before the
 worker is spawned, so a missing model directory, package or upstream checkout stops the app with status 2.
+``./run.sh --backend cosyvoice`` checks the weights the same way before it installs anything
+(``python -m voicelab.backends.cosyvoice.preflight --weights APP_FLAGS...``: the app's own flags and environment).
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from voicelab.settings import Settings
+from voicelab.settings import Settings, add_arguments, from_arguments
 
 REQUIRED_MODULES = (
     "torchaudio", "transformers", "onnxruntime", "hyperpyyaml", "omegaconf", "whisper",
@@ -23,6 +28,20 @@ def model_dir_of(settings: Settings) -> str:
 
 def preflight(settings: Settings) -> str | None:
     """One sentence saying what is missing to start CosyVoice (None when nothing is), without importing upstream."""
+    problem = weights_problem(settings)
+    if problem:
+        return problem
+    missing = [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        return (
+            f"CosyVoice's optional packages are missing ({', '.join(missing)}): `./run.sh --backend cosyvoice "
+            "--cosyvoice-dir DIR` installs them into .venv-cosy (requirements-cosyvoice.txt; docs/cosyvoice.md)."
+        )
+    return code_problem(settings.cosyvoice_code)
+
+
+def weights_problem(settings: Settings) -> str | None:
+    """The model directory's sentence alone: no directory given, or one without a CosyVoice2/3 config."""
     model_dir = model_dir_of(settings)
     if not model_dir:
         return (
@@ -32,13 +51,7 @@ def preflight(settings: Settings) -> str | None:
     path = Path(model_dir)
     if not any((path / f"cosyvoice{v}.yaml").is_file() for v in (2, 3)):
         return f"{model_dir} is not a CosyVoice2/3 model directory: it has no cosyvoice2.yaml or cosyvoice3.yaml."
-    missing = [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
-    if missing:
-        return (
-            f"CosyVoice's optional packages are missing ({', '.join(missing)}): install them with "
-            "`.venv/bin/pip install -r requirements-cosyvoice.txt` (see README, CosyVoice)."
-        )
-    return code_problem(settings.cosyvoice_code)
+    return None
 
 
 def code_problem(code_dir: str) -> str | None:
@@ -55,3 +68,21 @@ def code_problem(code_dir: str) -> str | None:
             "github.com/FunAudioLLM/CosyVoice (the cosyvoice-minicpmo package only provides matcha and the vocoder)."
         )
     return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``--weights`` and the app's flags: print the weights' sentence and return 2, or return 0 in silence."""
+    parser = argparse.ArgumentParser(prog="python -m voicelab.backends.cosyvoice.preflight", add_help=False)
+    parser.add_argument("--weights", action="store_true", help="check only the model directory (no packages)")
+    add_arguments(parser)
+    known, _ = parser.parse_known_args(argv)
+    settings = from_arguments(known)
+    problem = weights_problem(settings) if known.weights else preflight(settings)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -87,7 +87,7 @@ class PooledThreads:
     """``llm_job`` on a fixed set of reused threads instead of a new one per request: the A/B of
     ``python -m tools.cosyvoice_host_memory --llm-threads pooled`` (PyTorch keeps native state per thread that a
     process starting a thread per request may pile up, pytorch/pytorch#64412; on the H200 it changed nothing, +1.80 MiB
-    per call pooled against +1.81 new, session 10: ``llm_job`` runs no convolution, so no cuDNN plans are lost with
+    per call pooled against +1.81 new, 2026-12-02: ``llm_job`` runs no convolution, so no cuDNN plans are lost with
     its thread). ``workers`` bounds the requests whose token loops run at once; a request beyond waits for one."""
 
     def __init__(self, workers: int) -> None:

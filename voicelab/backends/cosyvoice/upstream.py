@@ -176,8 +176,8 @@ def _upstream_classes(version: int) -> tuple[Any, Any, Any]:
         from hyperpyyaml import load_hyperpyyaml
     except ImportError as exc:
         raise BackendLoadError(
-            f"CosyVoice's optional packages are missing ({exc.name or exc}): install them with "
-            "`.venv/bin/pip install -r requirements-cosyvoice.txt` (see README, CosyVoice)."
+            f"CosyVoice's optional packages are missing ({exc.name or exc}): `./run.sh --backend cosyvoice "
+            "--cosyvoice-dir DIR` installs them into .venv-cosy (requirements-cosyvoice.txt; docs/cosyvoice.md)."
         ) from exc
     model_class = getattr(upstream_model, f"CosyVoice{version}Model", None)
     if model_class is None:
