@@ -180,8 +180,8 @@ def test_a_login_lists_uses_and_deletes_only_its_own_saved_voices_on_the_page(st
     assert app.call("design", [*DESIGN[:2], mine, ""], pages["user1"]).event == "complete"
 
 
-def test_gradio_client_of_another_login_cannot_use_or_delete_a_voice(studio: Studio) -> None:
-    from gradio_client import Client
+def test_gradio_client_of_another_login_cannot_use_or_delete_a_voice(studio: Studio, tmp_path: Path) -> None:
+    from gradio_client import Client, handle_file
     from gradio_client.exceptions import AppError
 
     mine, _ = save_voice(studio, "user1", "Kept Voice")
@@ -194,6 +194,11 @@ def test_gradio_client_of_another_login_cannot_use_or_delete_a_voice(studio: Stu
             other.predict(voice_id=mine, api_name="/voice_delete")
         *takes, status, _style = owner.predict(text="Hi.", takes=1, voice_id=mine, instruction="", api_name="/design")
         assert Path(takes[0]).is_file() and "take 1:" in status  # its own result downloads with its session
+        clip = tmp_path / "mine.wav"
+        clip.write_bytes(voice_clip(hz=170.0))
+        prompt = handle_file(str(clip))
+        cloned, *_ = owner.predict(prompt=prompt, transcript="", text="Hi.", instruction="", api_name="/clone")
+        assert Path(cloned).is_file()  # its own upload is its to use
     finally:
         other.close()
         owner.close()

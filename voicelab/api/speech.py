@@ -33,7 +33,7 @@ from voicelab.errors import VoiceLabError
 from voicelab.owners import Login
 from voicelab.studio import GenerationRequest, PreparedGeneration, PromptClip, Take
 from voicelab.subtitles import cues, to_srt
-from voicelab.voices import VoiceNotFoundError
+from voicelab.voices import SavedVoice, VoiceNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -86,19 +86,23 @@ def _prompt(ctx: ApiContext, voice: str | VoiceId, caller: Login) -> PromptClip 
     """The caller's saved voice by name or id (an admin's own first, then anyone's); another login's is missing."""
     if isinstance(voice, str) and voice.strip().lower() == "default":
         return None
-    wanted = voice.id if isinstance(voice, VoiceId) else voice
     try:
         if caller.admin:
             with contextlib.suppress(VoiceNotFoundError):
-                saved = ctx.voices.find(wanted, caller.name)
+                saved = _saved(ctx, voice, caller.name)
                 return PromptClip(saved.clip_path, saved.transcript)
-        saved = ctx.voices.find(wanted, caller.viewer)
+        saved = _saved(ctx, voice, caller.viewer)
     except VoiceNotFoundError as exc:
         names = ", ".join(repr(v.name) for v in ctx.voices.list(caller.viewer)[:20]) or "none saved yet"
         raise VoiceNotFoundError(
             f"{str(exc).rstrip('.')}; use 'default' for the built-in voice, or a saved voice ({names})."
         ) from exc
     return PromptClip(saved.clip_path, saved.transcript)
+
+
+def _saved(ctx: ApiContext, voice: str | VoiceId, owner: str | None) -> SavedVoice:
+    """``{"id": ...}`` by id only; a string by name or id."""
+    return ctx.voices.get(voice.id.strip(), owner) if isinstance(voice, VoiceId) else ctx.voices.find(voice, owner)
 
 
 def _request(ctx: ApiContext, body: SpeechBody, caller: Login) -> GenerationRequest:
