@@ -8,6 +8,7 @@ client would: ``POST /gradio_api/call/<name>`` with raw JSON, then read the even
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import sys
 import threading
@@ -86,6 +87,24 @@ class ServedApp:
             elif line.startswith("data: ") and event in ("complete", "error"):
                 payload = json.loads(line[len("data: ") :])
         return Answer(event, payload)
+
+    def page_event(self, client: httpx.Client, fn_index: int, data: list[Any]) -> Answer:
+        """One of the page's own events (private ones too), as the browser runs it: ``POST /gradio_api/queue/join``
+        with its function index, then the browser session's ``/gradio_api/queue/data`` stream up to its result."""
+        browser = secrets.token_hex(6)  # the page's session hash
+        body = {"data": data, "fn_index": fn_index, "session_hash": browser, "event_data": None, "trigger_id": None}
+        joined = client.post("/gradio_api/queue/join", json=body)
+        if joined.status_code != 200:
+            return Answer("http", joined.json(), joined.status_code)
+        with client.stream("GET", f"/gradio_api/queue/data?session_hash={browser}") as stream:
+            for line in stream.iter_lines():
+                message = json.loads(line[len("data: ") :]) if line.startswith("data: ") else {}
+                if message.get("msg") == "process_completed":
+                    output = message.get("output", {})
+                    if message.get("success"):
+                        return Answer("complete", output.get("data"))
+                    return Answer("error", output)
+        return Answer("closed", None)
 
     def login(self, user: str, password: str) -> httpx.Client:
         """An HTTP client logged in through Gradio's login form (its session cookie)."""

@@ -15,6 +15,7 @@ import pytest
 
 from tests.api_server import voice_clip
 from tests.served_app import Answer, ServedApp, assert_one_sentence
+from voicelab.keys import ApiKeys
 
 USERS = {"ann": "pw-ann", "bob": "pw-bob", "root": "pw-root"}
 SPEAK = ["Hello there.", 1.0, 0.667, 0.8, 0.2, -1, "auto"]  # text, speed, noise_scale, noise_w, silence, seed, language
@@ -54,7 +55,6 @@ REFUSALS = [
     ("speak", with_(SPEAK, 1, "abc"), "speed must be a number"),
     ("speak", with_(SPEAK, 1, NAN), "speed must be a number"),
     ("speak", with_(SPEAK, 1, INF), "speed must be a number"),
-    ("speak", with_(SPEAK, 1, None), "speed must be a number"),
     ("speak", with_(SPEAK, 1, [1]), "speed must be a number"),
     ("speak", with_(SPEAK, 1, {"x": 1}), "speed must be a number"),
     ("speak", with_(SPEAK, 5, "abc"), "seed must be a whole number"),
@@ -206,7 +206,7 @@ def test_the_history_filter_matches_words(app: ServedApp, ann: httpx.Client) -> 
 
 
 def test_the_http_api_shares_the_strict_booleans(app: ServedApp) -> None:
-    key = {"X-API-Key": USERS["bob"]}
+    key = {"X-API-Key": ApiKeys(app.cwd / "outputs" / "api-keys.json").add("bob").key}
     cleaned = httpx.post(f"{app.url}/v1/memory/clean", json={"clear_profiles": "yes"}, headers=key, timeout=30)
     assert cleaned.status_code == 400
     message = cleaned.json()["error"]["message"]

@@ -1,7 +1,8 @@
-"""Command line: ``python -m voicelab synth|bench|eval ...``.
+"""Command line: ``python -m voicelab synth|keys|bench|eval ...``.
 
 ``synth`` goes through the generation service with the engine in this process (no worker) and prints one JSON
-line; errors print one sentence on stderr and exit non-zero.
+line; ``keys`` adds (printed once, stored hashed), lists and revokes the API keys of the server's key file; errors
+print one sentence on stderr and exit non-zero.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 import json
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -58,6 +60,43 @@ def _synth_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--prompt", type=Path, help="voice prompt clip to clone (wav, flac, ogg, mp3)")
     p.add_argument("--prompt-text", default="", help="optional transcript of the prompt clip")
     p.add_argument("--instruct", default="", help='style instruction, e.g. "slowly, in a warm low voice"')
+
+
+def _keys_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("keys", help="API keys per login (the API takes a key, never a password)")
+    p.add_argument("action", choices=("add", "list", "revoke"), help="add LOGIN, list, or revoke KEY_ID")
+    p.add_argument("name", nargs="?", default="", help="add: the login the key acts as; revoke: the key's id")
+    p.add_argument("--api-keys", default=None, metavar="FILE", help=HELP["api_keys"])
+    p.add_argument("--outputs-dir", default=None, metavar="DIR", help=HELP["outputs_dir"])
+
+
+def _run_keys(args: argparse.Namespace) -> int:
+    """Add (the key is printed once, only its hash is kept), list or revoke the keys of the server's key file."""
+    from voicelab.keys import ApiKeys
+    from voicelab.settings import from_environment
+
+    base = from_environment()
+    settings = replace(base, api_keys=args.api_keys or base.api_keys, outputs_dir=args.outputs_dir or base.outputs_dir)
+    keys = ApiKeys(settings.api_keys_path)
+    if args.action == "list":
+        for record in keys.records():
+            created = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.created_at))
+            print(f"{record.key_id}  {record.login}  created {created}")
+        return 0
+    if not args.name:
+        print(f"error: keys {args.action} needs a {'login' if args.action == 'add' else 'key id'}.", file=sys.stderr)
+        return 2
+    if args.action == "revoke":
+        gone = keys.revoke(args.name)
+        print(f"revoked {gone.key_id} ({gone.login}); it no longer works.")
+        return 0
+    logins = [item.partition(":")[0].strip() for item in settings.auth.split(",") if item.strip()]
+    if logins and args.name not in logins:
+        print(f"note: {args.name!r} is not a login of --auth; the server refuses its key until it is.", file=sys.stderr)
+    made = keys.add(args.name)
+    print(f"API key {made.record.key_id} for {made.record.login} (shown only now; keep it secret):")
+    print(made.key)
+    return 0
 
 
 def _options(pairs: list[str]) -> dict[str, float]:
@@ -139,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _synth_parser(sub)
+    _keys_parser(sub)
     # no -h of their own: ``bench soak --help`` reaches the benchmark's parser, which lists its flags
     bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios", add_help=False)
     bench.add_argument("name", choices=sorted(BENCHMARKS))
@@ -151,6 +191,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if rest:
                 parser.error(f"unrecognized arguments: {' '.join(rest)}")
             return _run_synth(args)
+        if args.command == "keys":
+            if rest:
+                parser.error(f"unrecognized arguments: {' '.join(rest)}")
+            return _run_keys(args)
         table = BENCHMARKS if args.command == "bench" else EVALUATIONS
         return _delegate(table, args.name, rest)
     except VoiceLabError as exc:

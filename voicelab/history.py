@@ -4,6 +4,10 @@ The folder is the database, so the history survives a soft restart and an app re
 (temp file + ``os.replace``) and the sidecar is written last: a crash mid-write leaves at most an orphan
 WAV or a hidden temp file, never a listed half entry. Entry ids are validated against a strict pattern and
 every path is checked to stay inside the folder, so no id can make this module touch anything outside it.
+
+Each entry names its ``owner`` (the login that made it, ``""`` without ``--auth``); reads and deletes take ``owner``
+(``None``: everyone's) and answer another login's entry as missing. An entry without an owner belongs to the admins
+(``voicelab.owners``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from voicelab.files import display_path, write_atomically
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2  # 2: settings hold speed, language and the backend's options (1: VITS scales)
-ENTRY_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{12}$")
+ENTRY_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{12}")  # always fullmatch: "$" would take a trailing newline
 SECOND = len("20261202-081500")  # an id's prefix that names its second
 STALE_TEMP_S = 3600.0
 
@@ -118,7 +122,7 @@ class History:
         """Store one generation; raises StorageError (with the OS's reason) if the folder can't take it."""
         now = time.time()
         entry_id = f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}-{result.job_id}"
-        if not ENTRY_ID.match(entry_id):
+        if not ENTRY_ID.fullmatch(entry_id):
             raise StorageError(f"The job id {result.job_id!r} cannot name a history entry.")
         sidecar = _sidecar(request, result, entry_id, kind, now, owner)
         try:
@@ -150,7 +154,7 @@ class History:
         come out in either order."""
         if not self.root.is_dir():
             return []
-        ids = sorted((p.stem for p in self.root.glob("*.json") if ENTRY_ID.match(p.stem)), reverse=True)
+        ids = sorted((p.stem for p in self.root.glob("*.json") if ENTRY_ID.fullmatch(p.stem)), reverse=True)
         found: list[HistoryEntry] = []
         for entry_id in ids:
             if limit is not None and len(found) >= limit and entry_id[:SECOND] != found[-1].entry_id[:SECOND]:
@@ -217,7 +221,7 @@ class History:
         cutoff = time.time() - max_age_s
         removed = 0
         for path in self.root.iterdir():
-            orphan = path.suffix == ".wav" and ENTRY_ID.match(path.stem) and not path.with_suffix(".json").exists()
+            orphan = path.suffix == ".wav" and ENTRY_ID.fullmatch(path.stem) and not path.with_suffix(".json").exists()
             temp = path.name.startswith(".") and path.suffix == ".tmp"
             if (orphan or temp) and not path.is_symlink() and path.is_file() and path.stat().st_mtime < cutoff:
                 with contextlib.suppress(OSError):
@@ -229,7 +233,7 @@ class History:
 
     def _path(self, entry_id: str, suffix: str) -> Path:
         """The file of an entry, refusing any id or link that would leave the history folder."""
-        if not isinstance(entry_id, str) or not ENTRY_ID.match(entry_id):
+        if not isinstance(entry_id, str) or not ENTRY_ID.fullmatch(entry_id):
             raise StorageError("That is not a history entry id.")
         path = self.root / f"{entry_id}{suffix}"
         if path.is_symlink() or not path.resolve().is_relative_to(self.root.resolve()):

@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+API_KEYS_FILENAME = "api-keys.json"
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -31,8 +33,10 @@ class Settings:
     profile_cache_size: int = 8
     voice_renderer: str = "auto"  # voice matching/styling: torch (the device), world (CPU), auto (= world)
     outputs_dir: str = "outputs"
-    auth: str = ""  # "user:password[,user2:password2]" enables login; each login sees only its own History
-    history_admins: str = ""  # comma-separated logins that see (and may delete) every user's History
+    auth: str = ""  # "user:password[,user2:password2]" enables login; each login sees only what it made
+    admins: str = ""  # comma-separated logins that see (and may delete) every login's History and saved voices
+    history_admins: str = ""  # the older name of ``admins`` (both lists count)
+    api_keys: str = ""  # the API key file (hashed keys per login); "" = <outputs>/api-keys.json
     upload_cache_max_age_min: float = 60.0  # files in Gradio's upload cache older than this are removed
     upload_cache_max_mb: float = 500.0  # past this size the oldest cached files are removed
     max_upload_mb: int = 50
@@ -55,6 +59,11 @@ class Settings:
     @property
     def outputs_path(self) -> Path:
         return Path(self.outputs_dir).resolve()
+
+    @property
+    def api_keys_path(self) -> Path:
+        """The API key file: ``api_keys``, or ``api-keys.json`` in the outputs folder."""
+        return Path(self.api_keys).resolve() if self.api_keys else self.outputs_path / API_KEYS_FILENAME
 
     @property
     def device_list(self) -> tuple[str, ...]:
@@ -117,8 +126,10 @@ HELP = {
     "profile_cache_size": "speaker profiles kept (least recently used evicted)",
     "voice_renderer": "voice matching and styles: torch (the worker's device), world (CPU) or auto (= world)",
     "outputs_dir": "History, saved voices and Gradio's uploads; the only folder the studio serves",
-    "auth": "user:password[,user2:password2]: login for the UI, API key for /v1 and /metrics",
-    "history_admins": "comma-separated logins that see and may delete every login's History",
+    "auth": "user:password[,user2:password2]: logins for the UI; the API takes each login's keys (see --api-keys)",
+    "admins": "comma-separated logins that see and may delete every login's History and saved voices",
+    "history_admins": "the older name of --admins (both lists count)",
+    "api_keys": "the API key file (python -m voicelab keys add LOGIN); default <outputs-dir>/api-keys.json",
     "upload_cache_max_age_min": "uploaded files older than this are removed",
     "upload_cache_max_mb": "past this size the oldest uploaded files are removed",
     "max_upload_mb": "upload limit for voice prompts",

@@ -5,6 +5,11 @@ samples, and the engine's profile cache, keyed by their hash, is warmed from it 
 are atomic (temp file + ``os.replace``), the sidecar last: a crash leaves at most an orphan clip, never a
 listed half voice. Ids come from a strict pattern and names never become paths, so no name or id can make
 this module touch anything outside the folder. Gradio-free and torch-free; the UI and the HTTP API share it.
+
+Each voice belongs to the login that saved it (``owner``, ``""`` without ``--auth``). Every read takes ``owner``:
+``None`` for everyone's voices (no login, or an admin), else only that login's, and another login's voice is
+answered as missing, so its existence stays private. Names are unique per owner. A sidecar without an owner (saved
+before voices had one) belongs to the admins (``voicelab.owners``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from voicelab.voice.prompt import PromptAudio
 log = logging.getLogger(__name__)
 
 VOICES_DIRNAME = "voices"
-VOICE_ID = re.compile(r"^voice_[0-9a-f]{16}$")
+VOICE_ID = re.compile(r"voice_[0-9a-f]{16}")  # always fullmatch: "$" would take a trailing newline
 MAX_NAME_CHARS = 64
 RESERVED_NAMES = frozenset({"default"})
 NAME_CHARS = re.compile(r"^[\w][\w .'()\-]*$")  # letters of any script, digits, a few separators
@@ -58,6 +63,7 @@ class SavedVoice:
     clip_path: Path
     duration_s: float
     sha256: str
+    owner: str = ""  # the login that saved it ("" without --auth, or saved before voices had owners)
 
 
 def check_name(name: object) -> str:
@@ -87,13 +93,13 @@ class VoiceStore:
 
     # ---- writing ----
 
-    def save(self, name: str, clip: bytes, transcript: str = "", suffix: str = ".wav") -> SavedVoice:
-        """Check the name and the clip (intake), then store both; raises the user's sentence."""
+    def save(self, name: str, clip: bytes, transcript: str = "", suffix: str = ".wav", owner: str = "") -> SavedVoice:
+        """Check the name (unique among ``owner``'s voices) and the clip (intake), then store both for ``owner``."""
         cleaned = check_name(name)
         prompt = load_prompt(clip, transcript.strip(), max_bytes=self.max_upload_bytes)
         ext = suffix.lower() if re.fullmatch(r"\.[a-z0-9]{1,5}", suffix.lower()) else ".audio"
         with self._lock:
-            if self._find_name(cleaned) is not None:
+            if self._find_name(cleaned, owner) is not None:
                 raise DuplicateVoiceError(f"A saved voice is already called {cleaned!r}; please choose another name.")
             voice_id = f"voice_{secrets.token_hex(8)}"
             sidecar = {
@@ -104,6 +110,7 @@ class VoiceStore:
                 "clip": f"{voice_id}{ext}",
                 "duration_s": round(prompt.duration_s, 3),
                 "sha256": prompt.sha256,
+                "owner": owner,
             }
             self._write(voice_id, ext, clip, sidecar)
         log.info("saved voice %s (%s)", cleaned, voice_id)
@@ -125,10 +132,11 @@ class VoiceStore:
     def _atomic_write(self, target: Path, data: bytes) -> None:
         write_atomically(self.root, target, data)
 
-    def delete(self, voice_id: str) -> SavedVoice:
-        """Remove a voice (sidecar first, so it leaves the list at once); ``VoiceNotFoundError`` if unknown."""
+    def delete(self, voice_id: str, owner: str | None = None) -> SavedVoice:
+        """Remove a voice (sidecar first, so it leaves the list at once); ``VoiceNotFoundError`` if unknown (or
+        not ``owner``'s)."""
         with self._lock:
-            voice = self.get(voice_id)
+            voice = self.get(voice_id, owner)
             try:
                 self._path(voice_id, ".json").unlink(missing_ok=True)
                 voice.clip_path.unlink(missing_ok=True)
@@ -138,22 +146,24 @@ class VoiceStore:
 
     # ---- reading ----
 
-    def list(self) -> list[SavedVoice]:
-        """Every readable voice, oldest first; damaged sidecars are skipped (and logged)."""
+    def list(self, owner: str | None = None) -> list[SavedVoice]:
+        """Every readable voice (only ``owner``'s when given), oldest first; damaged sidecars are skipped."""
         if not self.root.is_dir():
             return []
         found = []
         for path in sorted(self.root.glob("voice_*.json")):
-            if not VOICE_ID.match(path.stem):
+            if not VOICE_ID.fullmatch(path.stem):
                 continue
             try:
                 found.append(self.get(path.stem))
             except (VoiceNotFoundError, StorageError) as exc:
                 log.warning("skipping saved voice %s: %s", path.stem, exc)
+        found = [v for v in found if owner is None or v.owner == owner]
         return sorted(found, key=lambda v: (v.created_at, v.name.lower()))
 
-    def get(self, voice_id: str) -> SavedVoice:
-        if not isinstance(voice_id, str) or not VOICE_ID.match(voice_id):
+    def get(self, voice_id: str, owner: str | None = None) -> SavedVoice:
+        """One voice by id; with ``owner``, another login's voice is answered as missing."""
+        if not isinstance(voice_id, str) or not VOICE_ID.fullmatch(voice_id):
             raise VoiceNotFoundError(f"There is no saved voice with the id {str(voice_id)[:80]!r}.")
         sidecar_path = self._path(voice_id, ".json")
         if not sidecar_path.is_file():
@@ -162,15 +172,18 @@ class VoiceStore:
             voice = self._voice_from(json.loads(sidecar_path.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StorageError(f"The saved voice {voice_id} is damaged and cannot be read.") from exc
+        if owner is not None and voice.owner != owner:
+            raise VoiceNotFoundError(f"There is no saved voice with the id {voice_id!r}.")
         if voice.voice_id != voice_id or not voice.clip_path.is_file():
             raise StorageError(f"The saved voice {voice_id} has lost its audio clip.")
         return voice
 
-    def find(self, id_or_name: str) -> SavedVoice:
-        """A voice by id, or by name (case-insensitive); ``VoiceNotFoundError`` names what was asked."""
-        if VOICE_ID.match(id_or_name):
-            return self.get(id_or_name)
-        voice = self._find_name(id_or_name.strip())
+    def find(self, id_or_name: str, owner: str | None = None) -> SavedVoice:
+        """A voice by id, or by name (case-insensitive), among ``owner``'s (everyone's for ``None``: the oldest
+        of that name); ``VoiceNotFoundError`` names what was asked."""
+        if VOICE_ID.fullmatch(id_or_name.strip()):
+            return self.get(id_or_name.strip(), owner)
+        voice = self._find_name(id_or_name.strip(), owner)
         if voice is None:
             raise VoiceNotFoundError(f"There is no saved voice called {id_or_name[:80]!r}.")
         return voice
@@ -179,9 +192,9 @@ class VoiceStore:
         """The voice's clip through intake, exactly as when it was saved."""
         return self.intake.load(voice.clip_path, voice.transcript, max_bytes=self.max_upload_bytes)
 
-    def _find_name(self, name: str) -> SavedVoice | None:
+    def _find_name(self, name: str, owner: str | None) -> SavedVoice | None:
         wanted = unicodedata.normalize("NFC", name).casefold()
-        return next((v for v in self.list() if v.name.casefold() == wanted), None)
+        return next((v for v in self.list(owner) if v.name.casefold() == wanted), None)
 
     def _voice_from(self, data: dict[str, object]) -> SavedVoice:
         voice_id, clip = str(data["id"]), str(data["clip"])
@@ -195,11 +208,12 @@ class VoiceStore:
             clip_path=self._path(voice_id, clip[len(voice_id) :]),
             duration_s=float(str(data.get("duration_s", 0.0))),
             sha256=str(data.get("sha256", "")),
+            owner=str(data.get("owner") or ""),
         )
 
     def _path(self, voice_id: str, suffix: str) -> Path:
         """A file of a voice, refusing any id or link that would leave the voices folder."""
-        if not VOICE_ID.match(voice_id):
+        if not VOICE_ID.fullmatch(voice_id):
             raise VoiceNotFoundError("That is not a saved voice id.")
         path = self.root / f"{voice_id}{suffix}"
         if path.is_symlink() or not path.resolve().is_relative_to(self.root.resolve()):

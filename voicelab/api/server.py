@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from fastapi.params import Depends
 
 from voicelab.api import errors, ops, speech, voices
-from voicelab.api.auth import api_key_check
+from voicelab.api.auth import KeyCheck, current_login
 from voicelab.api.context import ApiContext
 from voicelab.api.memory import AllocatorEvents, Telemetry
 from voicelab.api.metrics import Metrics
@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 
 DESCRIPTION = (
     "VoiceLab's HTTP API. `POST /v1/audio/speech` speaks OpenAI's shape; saved voices live under "
-    "`/v1/audio/voices`. With `--auth user:password`, send the password as `Authorization: Bearer <password>` "
-    "or `X-API-Key: <password>` (`/health` and these docs stay open). The studio UI is at `/`."
+    "`/v1/audio/voices`. With `--auth`, send an API key of a login as `Authorization: Bearer <key>` or "
+    "`X-API-Key: <key>` (`python -m voicelab keys add LOGIN` makes one; never the password); a key sees and uses only "
+    "its login's History and saved voices (`/health` and these docs stay open). The studio UI is at `/`."
 )
 
 
@@ -53,11 +54,13 @@ def build_api(client: Engine, settings: Settings, telemetry: Telemetry) -> tuple
     )
     app = FastAPI(title="VoiceLab", version="0.1.0", description=DESCRIPTION)
     errors.install(app)
-    auth = Depends(api_key_check(settings))
+    app.state.key_check = KeyCheck(settings)
+    auth = Depends(current_login)
     app.include_router(ops.open_routes(ctx))
     app.include_router(speech.routes(ctx, auth))
     app.include_router(voices.routes(ctx, auth))
     app.include_router(ops.routes(ctx, auth))
+    app.include_router(voices.fallback_routes(auth))  # last: the rest of /v1 in the API's error shape
     return app, ctx
 
 

@@ -9,6 +9,7 @@ extensions (``extra_body`` in the OpenAI client).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import secrets
@@ -23,14 +24,16 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from voicelab.api.audio import FORMATS, StreamEncoder, output_rate
+from voicelab.api.auth import Caller
 from voicelab.api.context import ApiContext
 from voicelab.api.errors import ApiError, api_field, status_of
 from voicelab.engine.messages import ChunkReady
 from voicelab.engine.validation import MAX_FIELD_CHARS, SPEED_LIMITS, as_number, as_seed, as_text
 from voicelab.errors import VoiceLabError
+from voicelab.owners import Login
 from voicelab.studio import GenerationRequest, PreparedGeneration, PromptClip, Take
 from voicelab.subtitles import cues, to_srt
-from voicelab.voices import VoiceNotFoundError
+from voicelab.voices import SavedVoice, VoiceNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +63,8 @@ class SpeechBody(BaseModel):
     @field_validator("speed", mode="before")
     @classmethod
     def _speed(cls, value: object) -> float:
-        return api_field(lambda name, v: as_number("Speed", v, SPEED_LIMITS), "speed", value)
+        """null is the default speed, as for every other control."""
+        return 1.0 if value is None else api_field(lambda name, v: as_number("Speed", v, SPEED_LIMITS), "speed", value)
 
     @field_validator("seed", mode="before")
     @classmethod
@@ -78,24 +82,36 @@ def outcome_of(exc: Exception) -> str:
     return OUTCOME_BY_STATUS.get(code, "error")
 
 
-def _prompt(ctx: ApiContext, voice: str | VoiceId) -> PromptClip | None:
+def _prompt(ctx: ApiContext, voice: str | VoiceId, caller: Login) -> PromptClip | None:
+    """The caller's saved voice by name or id (an admin's own first, then anyone's); another login's is missing."""
     if isinstance(voice, str) and voice.strip().lower() == "default":
         return None
     try:
-        saved = ctx.voices.get(voice.id) if isinstance(voice, VoiceId) else ctx.voices.find(voice)
+        if caller.admin:
+            with contextlib.suppress(VoiceNotFoundError):
+                saved = _saved(ctx, voice, caller.name)
+                return PromptClip(saved.clip_path, saved.transcript)
+        saved = _saved(ctx, voice, caller.viewer)
     except VoiceNotFoundError as exc:
-        names = ", ".join(repr(v.name) for v in ctx.voices.list()[:20]) or "none saved yet"
-        raise VoiceNotFoundError(f"{exc} Use 'default' for the built-in voice, or a saved voice ({names}).") from exc
+        names = ", ".join(repr(v.name) for v in ctx.voices.list(caller.viewer)[:20]) or "none saved yet"
+        raise VoiceNotFoundError(
+            f"{str(exc).rstrip('.')}; use 'default' for the built-in voice, or a saved voice ({names})."
+        ) from exc
     return PromptClip(saved.clip_path, saved.transcript)
 
 
-def _request(ctx: ApiContext, body: SpeechBody) -> GenerationRequest:
+def _saved(ctx: ApiContext, voice: str | VoiceId, owner: str | None) -> SavedVoice:
+    """``{"id": ...}`` by id only; a string by name or id."""
+    return ctx.voices.get(voice.id.strip(), owner) if isinstance(voice, VoiceId) else ctx.voices.find(voice, owner)
+
+
+def _request(ctx: ApiContext, body: SpeechBody, caller: Login) -> GenerationRequest:
     limit = ctx.settings.max_text_chars
     if len(body.input) > limit:
         raise ApiError(
             413,
-            f"The input is {len(body.input):,} characters long; the limit is {limit:,}. "
-            "Please shorten it or split it up.",
+            f"The input is {len(body.input):,} characters long (the limit is {limit:,}); "
+            "please shorten it or split it up.",
             "invalid_request_error",
             "input",
         )
@@ -107,17 +123,18 @@ def _request(ctx: ApiContext, body: SpeechBody) -> GenerationRequest:
         text=body.input,
         kind="api",
         language=body.language,
-        prompt=_prompt(ctx, body.voice),
+        prompt=_prompt(ctx, body.voice, caller),
         instruction=body.instructions,
         speed=body.speed,
         seed=body.seed if body.seed is not None else secrets.randbelow(2**31),
+        owner=caller.name,
     )
 
 
-def _start(ctx: ApiContext, body: SpeechBody) -> tuple[PreparedGeneration, ChunkReady, Iterator[Event]]:
+def _start(ctx: ApiContext, body: SpeechBody, caller: Login) -> tuple[PreparedGeneration, ChunkReady, Iterator[Event]]:
     """Validate, submit and wait for the first chunk: every refusal is raised here, before any byte is sent."""
     ctx.require_ready()
-    prepared = ctx.service.prepare(_request(ctx, body))
+    prepared = ctx.service.prepare(_request(ctx, body, caller))
     events = ctx.service.stream(prepared)
     first = next(events)
     assert isinstance(first, ChunkReady), "a job yields at least one chunk before its take"
@@ -183,11 +200,12 @@ def routes(ctx: ApiContext, auth: Depends) -> APIRouter:
         response_class=Response,
         responses={200: {"content": {f.media_type: {} for f in FORMATS.values()}, "description": "The audio."}},
     )
-    def speech(body: SpeechBody) -> Response:
-        """Speech in OpenAI's shape; streamed as sentences are ready (``stream_format`` audio or sse)."""
+    def speech(body: SpeechBody, caller: Caller) -> Response:
+        """Speech in OpenAI's shape; streamed as sentences are ready (``stream_format`` audio or sse). Saved in the
+        key's login's History, in one of its saved voices."""
         began = time.monotonic()
         try:
-            prepared, first, events = _start(ctx, body)
+            prepared, first, events = _start(ctx, body, caller)
             if body.response_format == "srt":
                 response = _subtitles(ctx, prepared, first, events)
                 ctx.metrics.finished("ok", time.monotonic() - began)

@@ -378,7 +378,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--client-nice", type=int, default=10, help="CPU niceness of the client threads (0: off)")
     parser.add_argument("--window", type=float, default=10.0, help="seconds per table row")
     parser.add_argument("--api", action="store_true", help="drive POST /v1/audio/speech instead of the UI")
-    parser.add_argument("--api-key", default="", help="with --api: the password of the server's --auth")
+    parser.add_argument(
+        "--api-key",
+        default="",
+        help="with --api: an API key of a login of the server's --auth (python -m voicelab keys add LOGIN)",
+    )
     return parser.parse_args(argv)
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from voicelab.engine.api import Engine
 from voicelab.history import History
+from voicelab.owners import admins_of
 from voicelab.settings import Settings
 from voicelab.studio import GenerationService
 from voicelab.ui import handlers as actions
@@ -28,9 +30,10 @@ from voicelab.ui.handlers import CONTROL_NAMES, Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, ReuseTargets, history_layout, wire_history
 from voicelab.ui.i18n import DETECT_LANGUAGE_JS, I18N, SET_LANGUAGE_JS, t, text_in
 from voicelab.ui.localized import UI_LANGUAGES, choice_labels, ui_language
+from voicelab.ui.owned import OwnedFiles
 from voicelab.ui.panel import PanelView, ResourcePanel, panel_layout
 from voicelab.ui.served import FileAdmission, ServedNames
-from voicelab.ui.serving import cache_cleanup, configure_environment, history_admins
+from voicelab.ui.serving import cache_cleanup, configure_environment, parse_auth
 from voicelab.ui.speak_tab import SpeakView, can_stream, speak_layout
 from voicelab.ui.style_controls import CONTROL_CHOICES
 from voicelab.ui.voices_tab import VoiceLibrary, VoicePickerView, voice_picker_layout
@@ -76,19 +79,18 @@ def build_ui(
     history = service.history or History(paths.history)
     history.sweep()
     store = voices or VoiceStore(paths.outputs / VOICES_DIRNAME)
-    library = VoiceLibrary(store, paths.gradio_temp)
-    cache = UploadCache(
-        paths.gradio_temp, settings.upload_cache_max_age_min * 60, int(settings.upload_cache_max_mb * 2**20)
-    )
-    cache.prune()
+    admins = admins_of(settings)
+    library = VoiceLibrary(store, paths.gradio_temp, admins)
+    cache = upload_cache(settings, paths.gradio_temp)
     handlers = Handlers(
-        Studio(service, paths.gradio_temp, can_stream(), store, cache),
-        HistoryBrowser(history, cache, history_admins(settings)),
+        Studio(service, paths.gradio_temp, can_stream(), store, cache, admins),
+        HistoryBrowser(history, cache, admins),
         ResourcePanel(client, telemetry),
     )
     with GuardedBlocks(title="VoiceLab", analytics_enabled=False, delete_cache=cache_cleanup(settings)) as demo:
         demo.i18n_instance = I18N  # what launch(i18n=...) and mount_gradio_app(i18n=...) set
-        demo.intake = FileAdmission(ServedNames(paths.outputs), history, store, history_admins(settings))
+        owned = OwnedFiles(enabled=parse_auth(settings.auth) is not None)
+        demo.intake = FileAdmission(ServedNames(paths.outputs), history, store, admins, owned)
         with gr.Row(equal_height=True):
             gr.Markdown(t("header"), elem_id="header")
             page = PageView(
@@ -118,6 +120,13 @@ def build_ui(
         wire_page(demo, replace(page, tabs=tab_items), views, PageAdapter(service, can_stream()))
         wire_voices(demo, picker, clone, design, library)
     return demo
+
+
+def upload_cache(settings: Settings, folder: Path) -> UploadCache:
+    """Gradio's upload folder within its bounds, pruned once now."""
+    cache = UploadCache(folder, settings.upload_cache_max_age_min * 60, int(settings.upload_cache_max_mb * 2**20))
+    cache.prune()
+    return cache
 
 
 def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings) -> None:
@@ -263,7 +272,7 @@ def wire_voices(
     demo: gr.Blocks, picker: VoicePickerView, clone: CloneView, design: DesignView, library: VoiceLibrary
 ) -> None:
     """My voices: listed on load (Clone and Design), a pick fills the Clone prompt, save and delete refresh both."""
-    demo.load(library.choices, outputs=picker.picker, **QUIET)
+    demo.load(library.listed, outputs=picker.picker, **QUIET)
     demo.load(library.design_choices, outputs=design.voice, **QUIET)
     picker.picker.change(library.design_choices, outputs=design.voice, **QUIET)
     picker.picker.input(library.pick, inputs=picker.picker, outputs=[clone.prompt, clone.transcript], **QUIET)

@@ -5,12 +5,14 @@ coerce them through the one validator (``voicelab.engine.validation``'s ``as_*``
 uses too). What can still fail before a handler runs is Gradio's own intake: too few values, or a file value
 that is not an upload of this server. :class:`GuardedBlocks` turns those into a ``gr.Error`` with one sentence
 (and no traceback in the log). Gradio's HTTP routes raise for an unknown endpoint name or an upload part
-without a file; :func:`gradio_error_handlers` are FastAPI exception handlers, passed through the documented
-``app_kwargs`` of ``launch`` / ``mount_gradio_app``, that answer those with a 4xx and one sentence.
+without a file, and FastAPI refuses a malformed body (422, a list of pydantic errors); :func:`gradio_error_handlers`
+are FastAPI exception handlers, passed through the documented ``app_kwargs`` of ``launch`` / ``mount_gradio_app``,
+that answer those with a 4xx and one sentence.
 
 Before any of that, each file a request names passes :class:`voicelab.ui.served.FileAdmission` (only what this
 server received, and the History and saved voices the login may see), so Gradio never reads or copies another file;
-outputs name their files by served name (``outputs/...``), never by the server's path.
+outputs name their files by served name (``outputs/...``), never by the server's path, and with ``--auth`` each
+file an answer carries is recorded as the answered login's (``voicelab.ui.owned``), the only login it is served to.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import gradio as gr
 from fastapi import Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from gradio.route_utils import FnIndexInferError
 from gradio_client.utils import is_file_obj_with_meta, traverse
@@ -204,10 +207,25 @@ class GuardedBlocks(gr.Blocks):
         """Gradio's, after the files of a new call are admitted (a generator's later steps carry no inputs)."""
         if iterator is None:
             inputs = self.admitted(self.fns[block_fn] if isinstance(block_fn, int) else block_fn, inputs, request)
-        return await super().process_api(
+        answer = await super().process_api(
             block_fn, inputs, state, request, iterator, session_hash, event_id, event_data, in_event_listener,
             simple_format, explicit_call, root_path, oauth_token,
         )  # fmt: skip
+        self.record_owner(answer, request)
+        return answer
+
+    def record_owner(self, answer: dict[str, Any], request: Any) -> None:
+        """Each file of an answer belongs to the login it goes to, before the answer leaves (with ``--auth``)."""
+        if self.intake is None or not self.intake.owned.enabled or isinstance(request, list):
+            return
+        login, names, owned = login_of(request), self.intake.names, self.intake.owned
+
+        def record(file: dict[str, Any]) -> dict[str, Any]:
+            if isinstance(file.get("path"), str):
+                owned.add(names.server_path(file["path"]), login)
+            return file
+
+        traverse(answer.get("data"), record, is_file_obj_with_meta)
 
     def admitted(self, block_fn: Any, inputs: list[Any], request: Any) -> list[Any]:
         """Each input with its files as server paths, or a refusal in one sentence before anything is read."""
@@ -268,6 +286,21 @@ async def bad_request(request: Request, exc: Exception) -> JSONResponse:
     return _answer(500, "The server could not answer this request; the log says why.")
 
 
+async def malformed_body(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422 for a body that is not what a Gradio route takes, as one sentence instead of pydantic's list."""
+    path = request.url.path
+    log.info("%s %s: refused a malformed body", request.method, path)
+    name = path.rstrip("/").rsplit("/", 1)[-1] if "/call/" in path else ""
+    if name:
+        return _answer(422, f'/{name} takes a JSON body like {{"data": [the values in order]}}.')
+    return _answer(422, "This request's body is not what the route takes; GET /gradio_api/info lists the endpoints.")
+
+
 def gradio_error_handlers() -> dict[type[Exception], Handler]:
     """FastAPI ``exception_handlers`` for Gradio's app (``app_kwargs={"exception_handlers": ...}``)."""
-    return {FnIndexInferError: unknown_endpoint, TypeError: bad_request, KeyError: bad_request}
+    return {
+        FnIndexInferError: unknown_endpoint,
+        TypeError: bad_request,
+        KeyError: bad_request,
+        RequestValidationError: malformed_body,
+    }

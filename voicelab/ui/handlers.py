@@ -41,6 +41,7 @@ from voicelab.history import encode_wav
 from voicelab.instruct.controls import UNSPECIFIED, controls_to_style
 from voicelab.instruct.style import Style
 from voicelab.judges.scale import SIMILARITY_SCALE
+from voicelab.owners import login_named
 from voicelab.studio import MAX_TAKES, GenerationRequest, GenerationService, PromptClip, Queued, Take
 from voicelab.subtitles import cues, to_srt
 from voicelab.ui.cache import UploadCache
@@ -98,25 +99,27 @@ class Studio:
         streaming: bool = True,
         voices: VoiceStore | None = None,
         cache: UploadCache | None = None,
+        admins: frozenset[str] = frozenset(),
     ) -> None:
         self.service = service
         self.cache_dir = cache_dir
         self.streaming = streaming
         self.voices = voices
         self.cache = cache
+        self.admins = admins
 
     def end_session(self, request: gr.Request) -> None:
         """The browser tab closed: the prompts it uploaded leave Gradio's cache."""
         if self.cache is not None:
             self.cache.end_session(request.session_hash)
 
-    def saved_prompt(self, voice_id: str | None) -> PromptClip | None:
-        """A saved voice as the prompt to clone (None: the built-in voices as they are)."""
-        if not voice_id:
+    def saved_prompt(self, voice_id: str | None, request: gr.Request | None = None) -> PromptClip | None:
+        """A saved voice of the caller's as the prompt to clone (None: the built-in voices as they are)."""
+        if not voice_id or not voice_id.strip():
             return None
         if self.voices is None:
             raise InvalidPromptError("Saved voices are not available in this studio.")
-        voice = self.voices.get(voice_id)
+        voice = self.voices.get(voice_id.strip(), login_named(login_of(request), self.admins).viewer)
         return PromptClip(voice.clip_path, voice.transcript)
 
     def options(self, noise_scale: object, noise_w: object) -> dict[str, float]:
@@ -197,7 +200,13 @@ class Studio:
         style: Style | None = None,
         owner: str = "",
     ) -> GenerationRequest:
-        """The Speak and Clone tabs' widgets as one request (the same controls on both tabs), raw values coerced."""
+        """The Speak and Clone tabs' widgets as one request (the same controls on both tabs), raw values coerced;
+        a null speed or silence takes its default, like the other controls."""
+        given: dict[str, Any] = {}
+        if speed is not None:
+            given["speed"] = as_number("Speed", speed, SPEED_LIMITS)
+        if silence_s is not None:
+            given["sentence_silence_s"] = as_number("Silence between sentences", silence_s, SILENCE_LIMITS)
         return GenerationRequest(
             text=as_text("The text to speak", text, NO_LIMIT),
             kind=kind,
@@ -205,11 +214,10 @@ class Studio:
             prompt=prompt,
             instruction=as_text("The style instruction", instruction),
             style=style or Style(),
-            speed=as_number("Speed", speed, SPEED_LIMITS),
             seed=as_seed(seed),
-            sentence_silence_s=as_number("Silence between sentences", silence_s, SILENCE_LIMITS),
             options=self.options(noise_scale, noise_w),
             owner=owner,
+            **given,
         )
 
     @shows_errors
@@ -299,7 +307,7 @@ class Studio:
         asked = GenerationRequest(
             text=as_text("The text to speak", text, NO_LIMIT),
             kind="design",
-            prompt=self.saved_prompt(as_text("The voice", voice_id, 64)),
+            prompt=self.saved_prompt(as_text("The voice", voice_id, 64), request),
             instruction=as_text("The style instruction", instruction),
             style=controls_to_style(*labels),
             takes=count,

@@ -1,8 +1,9 @@
 """The History tab: list, filter, play, download, reuse and delete saved generations (it reads the outputs folder).
 
-Every endpoint works by entry id alone (no earlier listing in the same browser session is needed). With ``--auth`` each
-login sees only its own entries; the logins in ``--history-admins`` see everyone's. Deleting asks first (in the
-page; the ``/history_delete`` endpoint deletes at once) and also removes every copy in Gradio's cache.
+Every endpoint works by entry id alone (no earlier listing in the same browser session is needed; spaces around it are
+dropped). With ``--auth`` each login sees only its own entries; the logins in ``--admins`` see everyone's.
+Deleting asks first (in the page; the ``/history_delete`` endpoint deletes at once) and also removes every copy in
+Gradio's cache.
 """
 
 from __future__ import annotations
@@ -127,6 +128,11 @@ def matches(entry: HistoryEntry, query: str) -> bool:
     return all(word in haystack for word in query.lower().split())
 
 
+def entry_id_of(value: object) -> str:
+    """An entry id as a client sends it: plain text, without the spaces or newline around it."""
+    return as_text("The entry id", value, 64).strip()
+
+
 def style_of(entry: HistoryEntry) -> Style:
     """The sidecar's style back as a ``Style`` (unknown or damaged values are left unspecified)."""
     values: dict[str, Any] = {}
@@ -180,8 +186,9 @@ class HistoryBrowser:
     @shows_errors
     def show(self, entry_id: str | None, request: gr.Request | None = None) -> tuple[Any, ...]:
         """One entry by id (a vanished, foreign or refused id gets its sentence)."""
+        entry_id = entry_id_of(entry_id)
         if entry_id:
-            self.history.get(as_text("The entry id", entry_id, 64), self.viewer(request))
+            self.history.get(entry_id, self.viewer(request))
         return self._shown(entry_id, request)
 
     def select_row(self, event: gr.SelectData) -> str | None:
@@ -192,9 +199,10 @@ class HistoryBrowser:
     @shows_errors
     def ask_delete(self, entry_id: str | None, request: gr.Request | None = None) -> tuple[Any, Any]:
         """The Delete button only asks: it shows which entry would go, with Yes and Cancel."""
+        entry_id = entry_id_of(entry_id)
         if not entry_id:
             raise StorageError("Pick an entry to delete first.")
-        entry = self.history.get(as_text("The entry id", entry_id, 64), self.viewer(request))
+        entry = self.history.get(entry_id, self.viewer(request))
         return gr.update(visible=True), f"Delete **{_label(entry)}** for good?"
 
     def cancel_delete(self) -> Any:
@@ -205,7 +213,7 @@ class HistoryBrowser:
         self, entry_id: str | None, query: str | None = None, request: gr.Request | None = None
     ) -> tuple[Any, ...]:
         """Delete an entry and every copy of it in Gradio's cache, then list again (through the filter)."""
-        entry_id = as_text("The entry id", entry_id, 64)
+        entry_id = entry_id_of(entry_id)
         if not entry_id:
             raise StorageError("Pick an entry to delete first.")
         entry = self.history.get(entry_id, self.viewer(request))
@@ -218,9 +226,10 @@ class HistoryBrowser:
     @shows_errors
     def use_as_prompt(self, entry_id: str | None, request: gr.Request | None = None) -> tuple[Any, Any, Any]:
         """The entry's audio into the Clone tab's prompt (its text as the transcript), and that tab shown."""
+        entry_id = entry_id_of(entry_id)
         if not entry_id:
             raise StorageError("Pick an entry to use as a prompt first.")
-        entry = self.history.get(as_text("The entry id", entry_id, 64), self.viewer(request))
+        entry = self.history.get(entry_id, self.viewer(request))
         if self.cache is None:
             return str(entry.audio_path), entry.text, gr.Tabs(selected="clone")
         copy = write_cached(entry.audio_path.read_bytes(), self.cache.root, f"prompt-{entry.entry_id}.wav")
@@ -230,9 +239,10 @@ class HistoryBrowser:
     @shows_errors
     def reuse_settings(self, entry_id: str | None, request: gr.Request | None = None) -> list[Any]:
         """The entry's text and settings back into the tab that made it (see :func:`reuse_outputs`)."""
+        entry_id = entry_id_of(entry_id)
         if not entry_id:
             raise StorageError("Pick an entry to reuse first.")
-        entry = self.history.get(as_text("The entry id", entry_id, 64), self.viewer(request))
+        entry = self.history.get(entry_id, self.viewer(request))
         return reused(entry)
 
 

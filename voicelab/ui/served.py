@@ -9,13 +9,20 @@ place in Gradio's upload folder where that folder is a private one (an outputs f
 :class:`ServedNamesMiddleware` reads ``/gradio_api/file=<served name>`` as the server path it stands for before
 Gradio routes the request, so Gradio's own checks still decide what is served (only those folders).
 
+With ``--auth`` a file is served only to the login it belongs to: the middleware asks :meth:`FileAdmission.may_fetch`
+(its uploads and the results it was answered with, ``voicelab.ui.owned``; the History entries it sees) and answers
+anything else 404 before Gradio reads it; it records each upload as the uploader's.
+
 A request names files too (a voice prompt as ``{"path": ..., "meta": {"_type": "gradio.FileData"}}``).
-:class:`FileAdmission` admits only what this server received (its upload folder: uploads, and the copies it
-served), the History entries the login may see and the saved voices, before Gradio reads or copies anything.
+:class:`FileAdmission` admits only what this server received (its upload folder: with ``--auth``, only this login's
+uploads and results), the History entries the login may see and its saved voices, before Gradio reads or copies
+anything.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -24,14 +31,22 @@ from typing import Any
 
 from gradio.utils import get_upload_folder
 from gradio_client.utils import is_file_obj, is_http_url_like, traverse
+from starlette.responses import JSONResponse
 
 from voicelab.errors import VoiceLabError
 from voicelab.history import History
+from voicelab.owners import login_named
+from voicelab.ui.owned import OwnedFiles, login_in
 from voicelab.voices import VoiceStore
+
+log = logging.getLogger(__name__)
 
 OUTPUTS_NAME = "outputs"  # the outputs folder in every file value and URL, whatever it is called and wherever it is
 UPLOADS_NAME = "uploads"  # Gradio's upload folder, only where it is not inside the outputs folder
 FILE_ROUTE = "/gradio_api/file="
+FILE_ROUTES = (FILE_ROUTE, "/gradio_api/file/")  # Gradio's file route, and its older spelling
+UPLOAD_ROUTE = "/gradio_api/upload"
+NOT_YOURS = "This login has no such file."
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
@@ -98,7 +113,8 @@ class ServedNames:
 
 class ServedNamesMiddleware:
     """ASGI middleware (through ``app_kwargs={"middleware": [...]}``): file URLs by served name reach Gradio's file
-    route as server paths."""
+    route as server paths; with ``--auth``, only the login a file belongs to gets it, and each upload is recorded as
+    its uploader's (the policy is the app's ``GuardedBlocks.intake``)."""
 
     def __init__(self, app: ASGIApp, names: ServedNames) -> None:
         self.app, self.names = app, names
@@ -106,9 +122,64 @@ class ServedNamesMiddleware:
     async def __call__(
         self, scope: Scope, receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
     ) -> None:
-        if scope.get("type") == "http":
-            scope = self.names.rewrite(scope)
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        scope = self.names.rewrite(scope)
+        intake, login = _intake_of(scope), login_in(scope)
+        if intake is None or not intake.owned.enabled or not login:  # no --auth, or Gradio answers the login
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        asked = file_asked(path)
+        if asked is not None and not intake.may_fetch(asked, login):
+            log.info("refused %s a file it does not own", login)
+            await JSONResponse({"error": NOT_YOURS, "detail": NOT_YOURS}, status_code=404)(scope, receive, send)
+            return
+        if path.endswith(UPLOAD_ROUTE) and scope.get("method") == "POST":
+            send = _recording_uploads(send, intake.owned, login)
         await self.app(scope, receive, send)
+
+
+def file_asked(path: str) -> str | None:
+    """What a request to Gradio's file route asks for, as that route reads it (the first route marker in the path),
+    or ``None`` for any other request."""
+    hits = [(path.find(route), route) for route in FILE_ROUTES if route in path]
+    if not hits:
+        return None
+    at, route = min(hits)
+    return path[at + len(route) :]
+
+
+def _intake_of(scope: Scope) -> FileAdmission | None:
+    app = scope.get("app")
+    blocks = getattr(app, "blocks", None)
+    intake = getattr(blocks, "intake", None)
+    return intake if isinstance(intake, FileAdmission) else None
+
+
+def _recording_uploads(
+    send: Callable[[Any], Awaitable[None]], owned: OwnedFiles, login: str
+) -> Callable[[Any], Awaitable[None]]:
+    """``send`` that records the paths of a successful upload answer as ``login``'s before the answer's end leaves."""
+    status, body = [0], bytearray()
+
+    async def recording(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            status[0] = int(message["status"])
+        elif message["type"] == "http.response.body" and status[0] == 200:
+            body.extend(message.get("body", b""))
+            if not message.get("more_body"):
+                try:
+                    paths = json.loads(bytes(body))
+                except ValueError:
+                    paths = []
+                for path in paths if isinstance(paths, list) else []:
+                    if isinstance(path, str):
+                        owned.add(path, login)
+        await send(message)
+
+    return recording
 
 
 class NotAdmitted(Exception):
@@ -116,7 +187,8 @@ class NotAdmitted(Exception):
 
 
 class FileAdmission:
-    """Which files a request may name; ``admit`` returns the value with server paths, or raises ``NotAdmitted``."""
+    """Which files a request may name (``admit``: the value with server paths, or ``NotAdmitted``) and which ones the
+    file route may serve (``may_fetch``), for a login ("" without ``--auth``)."""
 
     def __init__(
         self,
@@ -124,8 +196,10 @@ class FileAdmission:
         history: History | None = None,
         voices: VoiceStore | None = None,
         admins: frozenset[str] = frozenset(),
+        owned: OwnedFiles | None = None,
     ) -> None:
         self.names, self.history, self.voices, self.admins = names, history, voices, admins
+        self.owned = owned or OwnedFiles(enabled=False)
 
     def admit(self, value: Any, login: str) -> Any:
         """``value`` with each file's path as the server path it names, once every one is admitted."""
@@ -142,16 +216,35 @@ class FileAdmission:
         return traverse(value, checked, is_file_obj)
 
     def may_read(self, path: Path, login: str) -> bool:
-        """In the upload folder, or a History entry's audio this login sees, or a saved voice's clip."""
+        """In the upload folder (with ``--auth``: this login's upload or result), or a History entry's audio this
+        login sees, or a saved voice's clip this login sees."""
         real = path.resolve()
         if real.is_relative_to(Path(get_upload_folder()).resolve()):
-            return True
-        viewer = None if not login or login in self.admins else login
+            return not self.owned.enabled or self._owns(real, login)
+        return self._stored(real, login, clips=True)
+
+    def may_fetch(self, asked: str, login: str) -> bool:
+        """What the file route may send this login (with ``--auth``): its uploads and results in the upload folder,
+        the History entries (audio and sidecar) it sees; never a URL, a saved voice's folder or anything else."""
+        if is_http_url_like(asked):
+            return False
+        real = Path(os.path.abspath(asked)).resolve()
+        if real.is_relative_to(Path(get_upload_folder()).resolve()):
+            return self._owns(real, login)
+        return self._stored(real, login, clips=False)
+
+    def _owns(self, real: Path, login: str) -> bool:
+        return login_named(login, self.admins).sees_all or self.owned.owns(real, login)
+
+    def _stored(self, real: Path, login: str, clips: bool) -> bool:
+        """A History entry's audio (and, when fetched, its sidecar) or a saved voice's clip, that ``login`` sees."""
+        viewer = login_named(login, self.admins).viewer
         try:
-            if self.history is not None and real.parent == self.history.root.resolve() and real.suffix == ".wav":
-                return self.history.get(real.stem, viewer).audio_path.resolve() == real
-            if self.voices is not None and real.parent == self.voices.root.resolve():
-                return self.voices.get(real.stem).clip_path.resolve() == real
+            if self.history is not None and real.parent == self.history.root.resolve():
+                audio = self.history.get(real.stem, viewer).audio_path.resolve()
+                return real == audio or (not clips and real == audio.with_suffix(".json"))
+            if clips and self.voices is not None and real.parent == self.voices.root.resolve():
+                return self.voices.get(real.stem, viewer).clip_path.resolve() == real
         except VoiceLabError:
             return False
         return False

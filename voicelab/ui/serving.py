@@ -113,11 +113,6 @@ def parse_auth(auth: str) -> list[tuple[str, str]] | None:
     return logins
 
 
-def history_admins(settings: Settings) -> frozenset[str]:
-    """Logins that see every user's History (``--history-admins alice,bob``)."""
-    return frozenset(name.strip() for name in settings.history_admins.split(",") if name.strip())
-
-
 def cache_cleanup(settings: Settings) -> tuple[int, int]:
     """Gradio's own ``delete_cache`` (frequency, age) in seconds, from the upload-cache age bound."""
     age = max(60, int(settings.upload_cache_max_age_min * 60))

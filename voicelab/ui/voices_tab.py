@@ -1,5 +1,8 @@
 """'My voices' on the Clone tab: pick a saved voice (it fills the prompt and transcript), save the current
 prompt under a name, delete one. Layout and a few short handlers over the same ``VoiceStore`` as the API.
+
+With ``--auth`` each login lists, picks, uses and deletes only the voices it saved (the admins: everyone's); another
+login's voice id is answered as missing.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import gradio as gr
 
 from voicelab.engine.validation import MAX_TRANSCRIPT_CHARS, as_text
 from voicelab.errors import InvalidPromptError, StorageError
-from voicelab.ui.handlers import shows_errors, upload_path
+from voicelab.owners import Login, login_named
+from voicelab.ui.edges import login_of, shows_errors, upload_path
 from voicelab.ui.i18n import t
 from voicelab.voices import VoiceStore
 
@@ -44,26 +48,33 @@ def voice_picker_layout() -> VoicePickerView:
 class VoiceLibrary:
     """The picker's handlers; ``cache_dir`` is Gradio's folder, where a picked clip is copied to be served."""
 
-    def __init__(self, store: VoiceStore, cache_dir: Path) -> None:
-        self.store, self.cache_dir = store, cache_dir
+    def __init__(self, store: VoiceStore, cache_dir: Path, admins: frozenset[str] = frozenset()) -> None:
+        self.store, self.cache_dir, self.admins = store, cache_dir, admins
 
-    def design_choices(self) -> Any:
-        """The Design tab's voice list: the built-in voices first, then every saved voice."""
-        options = [("Built-in voice", ""), *((v.name, v.voice_id) for v in self.store.list())]
-        return gr.update(choices=options, value="")
+    def caller(self, request: gr.Request | None) -> Login:
+        return login_named(login_of(request), self.admins)
 
-    def choices(self, selected: str | None = None) -> Any:
-        options = [(v.name, v.voice_id) for v in self.store.list()]
+    def design_choices(self, request: gr.Request | None = None) -> Any:
+        """The Design tab's voice list: the built-in voices first, then the caller's saved voices."""
+        mine = self.store.list(self.caller(request).viewer)
+        return gr.update(choices=[("Built-in voice", ""), *((v.name, v.voice_id) for v in mine)], value="")
+
+    def choices(self, selected: str | None = None, request: gr.Request | None = None) -> Any:
+        options = [(v.name, v.voice_id) for v in self.store.list(self.caller(request).viewer)]
         known = {voice_id for _, voice_id in options}
         return gr.update(choices=options, value=selected if selected in known else None)
 
+    def listed(self, request: gr.Request) -> Any:
+        """The Clone tab's list when the page loads."""
+        return self.choices(None, request)
+
     @shows_errors
-    def pick(self, voice_id: str | None) -> tuple[Any, Any]:
+    def pick(self, voice_id: str | None, request: gr.Request | None = None) -> tuple[Any, Any]:
         """The saved clip into the prompt player, its transcript into the transcript box."""
-        voice_id = as_text("The saved voice", voice_id, 64)
+        voice_id = as_text("The saved voice", voice_id, 64).strip()
         if not voice_id:
             return gr.skip(), gr.skip()
-        voice = self.store.get(voice_id)
+        voice = self.store.get(voice_id, self.caller(request).viewer)
         data = voice.clip_path.read_bytes()
         target = self.cache_dir / hashlib.sha256(data).hexdigest() / f"{voice.voice_id}{voice.clip_path.suffix}"
         try:
@@ -74,7 +85,9 @@ class VoiceLibrary:
         return str(target), voice.transcript
 
     @shows_errors
-    def save(self, name: str, prompt: str | dict[str, Any] | None, transcript: str) -> tuple[Any, str]:
+    def save(
+        self, name: str, prompt: str | dict[str, Any] | None, transcript: str, request: gr.Request | None = None
+    ) -> tuple[Any, str]:
         prompt_path = upload_path("The voice prompt", prompt)
         if not prompt_path:
             raise InvalidPromptError("Upload or record a voice prompt first, then save it.")
@@ -84,13 +97,15 @@ class VoiceLibrary:
         except OSError as exc:
             raise InvalidPromptError("The voice prompt is no longer on the server; please upload it again.") from exc
         said = as_text("The transcript of the prompt", transcript, MAX_TRANSCRIPT_CHARS)
-        voice = self.store.save(as_text("The name", name, 200), data, said, path.suffix or ".wav")
-        return self.choices(voice.voice_id), f"Saved **{voice.name}** ({voice.duration_s:.1f} s of speech)."
+        owner = login_of(request)
+        voice = self.store.save(as_text("The name", name, 200), data, said, path.suffix or ".wav", owner)
+        saved = f"Saved **{voice.name}** ({voice.duration_s:.1f} s of speech)."
+        return self.choices(voice.voice_id, request), saved
 
     @shows_errors
-    def delete(self, voice_id: str | None) -> tuple[Any, str]:
-        voice_id = as_text("The saved voice", voice_id, 64)
+    def delete(self, voice_id: str | None, request: gr.Request | None = None) -> tuple[Any, str]:
+        voice_id = as_text("The saved voice", voice_id, 64).strip()
         if not voice_id:
             return gr.skip(), "Pick a saved voice to delete."
-        voice = self.store.delete(voice_id)
-        return self.choices(), f"Deleted **{voice.name}**."
+        voice = self.store.delete(voice_id, self.caller(request).viewer)
+        return self.choices(None, request), f"Deleted **{voice.name}**."
