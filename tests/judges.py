@@ -8,15 +8,12 @@ suite runs two workers on two cores.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from voicelab.judges.text import error_rate
 from voicelab.judges.whisper import Transcript, WhisperJudge
-
-_HAN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
 
 @functools.cache
@@ -48,8 +45,3 @@ def assert_heard(text: str, audio: np.ndarray, sample_rate: int, language: str, 
     heard = listen(text, audio, sample_rate, language)
     assert heard.rate <= bound, f"{language} {heard.describe()} (bound {bound})"
     return heard
-
-
-def language_of_text(text: str) -> str:
-    """ "zh" when the text has Han characters (its Latin words are then scored as tokens), else "en"."""
-    return "zh" if _HAN.search(text) else "en"

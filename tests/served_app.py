@@ -7,11 +7,13 @@ client would: ``POST /gradio_api/call/<name>`` with raw JSON, then read the even
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,6 +117,17 @@ class ServedApp:
 
     def stop(self) -> None:
         stop_process(self.process)
+
+
+@contextlib.contextmanager
+def served_app(cwd: Path, *args: str) -> Iterator[ServedApp]:
+    """A served app for a module's tests; once stopped, its log must show no traceback."""
+    app = ServedApp(cwd, *args)
+    try:
+        yield app
+    finally:
+        app.stop()
+        assert "Traceback" not in app.log, app.log[-4000:]
 
 
 def stop_process(process: subprocess.Popen[Any]) -> None:

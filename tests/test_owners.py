@@ -24,7 +24,7 @@ import openai
 import pytest
 
 from tests.api_server import TONE, voice_clip
-from tests.served_app import Answer, ServedApp, assert_one_sentence
+from tests.served_app import Answer, ServedApp, assert_one_sentence, served_app
 from tests.test_history_store import make_pair
 from voicelab import cli
 from voicelab.history import History
@@ -95,12 +95,8 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
     cwd = tmp_path_factory.mktemp("owners")
     keys = {login: key_of(keys_cli("add", login, "--outputs-dir", str(cwd / "outputs"))) for login in PASSWORDS}
     auth = ",".join(f"{login}:{password}" for login, password in PASSWORDS.items())
-    app = ServedApp(cwd, "--auth", auth, "--admins", "root")
-    try:
+    with served_app(cwd, "--auth", auth, "--admins", "root") as app:
         yield Studio(app, keys, {login: app.login(login, pw) for login, pw in PASSWORDS.items()})
-    finally:
-        app.stop()
-        assert "Traceback" not in app.log, app.log[-4000:]
 
 
 def one_sentence(text: str) -> None:

@@ -20,7 +20,7 @@ import soundfile as sf
 
 from tests.api_server import voice_clip
 from tests.fixture_backends import SECONDS_PER_CHAR
-from tests.served_app import Answer, ServedApp, assert_one_sentence
+from tests.served_app import Answer, ServedApp, assert_one_sentence, served_app
 
 SPEAK = ["Hello there. How are you?", 1.0, 0.667, 0.8, 0.2, -1, "auto"]
 NOT_RECEIVED = "The voice prompt must be a file uploaded to this server first (POST /gradio_api/upload), or null."
@@ -31,12 +31,8 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
     base = tmp_path_factory.mktemp("elsewhere")
     cwd = base / "srv" / "studio"
     cwd.mkdir(parents=True)
-    served = ServedApp(cwd, "--outputs-dir", str(base / "data" / "voicelab"))
-    try:
+    with served_app(cwd, "--outputs-dir", str(base / "data" / "voicelab")) as served:
         yield served
-    finally:
-        served.stop()
-        assert "Traceback" not in served.log, served.log[-4000:]
 
 
 @pytest.fixture(scope="module")

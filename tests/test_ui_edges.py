@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.api_server import voice_clip
-from tests.served_app import Answer, ServedApp, assert_one_sentence
+from tests.served_app import Answer, ServedApp, assert_one_sentence, served_app
 from voicelab.keys import ApiKeys
 
 USERS = {"ann": "pw-ann", "bob": "pw-bob", "root": "pw-root"}
@@ -28,12 +28,8 @@ NOT_RECEIVED = "The voice prompt must be a file uploaded to this server first (P
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
     auth = ",".join(f"{user}:{password}" for user, password in USERS.items())
-    served = ServedApp(tmp_path_factory.mktemp("edges"), "--auth", auth, "--history-admins", "root")
-    try:
+    with served_app(tmp_path_factory.mktemp("edges"), "--auth", auth, "--history-admins", "root") as served:
         yield served
-    finally:
-        served.stop()
-        assert "Traceback" not in served.log, served.log[-4000:]
 
 
 @pytest.fixture(scope="module")

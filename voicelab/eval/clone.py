@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from voicelab.engine.voicing import CALIBRATION_TEXTS as ENGINE_CALIBRATION
 from voicelab.engine.voicing import HELD_OUT_TEXTS, calibration_text
 from voicelab.errors import InvalidPromptError
 from voicelab.eval.clone_report import EvalReport, PromptEval, format_report
@@ -41,7 +42,7 @@ CALIBRATION_TEXTS = {
         "She had your dark suit in greasy wash water all year. Don't ask me to carry an oily rag like that. "
         "The boy was there when the sun rose."
     ),
-    "zh": "今天天气很好，我们一起去公园散步，然后坐在树下聊天。",
+    "zh": ENGINE_CALIBRATION["zh"],  # the engine's own Chinese sentence
 }
 CALIBRATION_TEXT = CALIBRATION_TEXTS["en"]
 # Harvard sentences, two per text: sixteen texts (about 300 words) keep a mean error steady enough to compare
