@@ -10,20 +10,28 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from voicelab.bench.first_byte import summary_lines
 from voicelab.bench.load import Outcome, Submission, parse_args
-from voicelab.bench.load_api import run_load_api, speak_api_once
+from voicelab.bench.load_api import first_byte_rows, run_load_api, speak_api_once
 
 TONE = "tests.fixture_backends:ToneBackend"
 
 
 @pytest.mark.serial  # its latencies and panel freshness are judged: alone, not beside another test process
-def test_four_api_clients_for_six_seconds_lose_and_duplicate_nothing() -> None:
-    flags = ["--api", "--clients", "4", "--duration", "6", "--backend", TONE, "--queue-size", "2", "--device", "cpu"]
-    report = run_load_api(parse_args([*flags, "--request-timeout", "60"]))
-    assert len({s.client for s in report.submissions}) == 4 and len(report.submissions) >= 8
-    assert report.lost == 0 and report.duplicated == 0 and report.count("error") == 0 and report.unsaved == 0
-    assert report.count("ok") + report.count("busy") == len(report.submissions)
-    assert report.max_staleness_s < 2.0 and report.passed
+def test_one_then_four_streaming_api_clients_lose_and_duplicate_nothing_and_time_the_first_byte() -> None:
+    flags = ["--api", "--clients", "1,4", "--duration", "3", "--backend", TONE, "--queue-size", "2", "--device", "cpu"]
+    args = parse_args([*flags, "--request-timeout", "60", "--format", "pcm", "--chars", "90"])
+    reports = run_load_api(args)
+    assert [len({s.client for s in r.submissions}) for r in reports] == [1, 4] and len(reports[1].submissions) >= 8
+    for report in reports:
+        assert report.lost == 0 and report.duplicated == 0 and report.count("error") == 0 and report.unsaved == 0
+        assert report.count("ok") + report.count("busy") == len(report.submissions)
+        assert report.max_staleness_s < 2.0 and report.passed
+        assert all(0 < (o.first_byte_s or 0) <= o.latency_s for o in report.outcomes if o.kind == "ok")
+        assert all(len(o.submission.text) >= 90 for o in report.outcomes)
+    rows = first_byte_rows(reports, args.clients)
+    assert [r.clients for r in rows] == [1, 4] and all(r.ok > 0 for r in rows)
+    assert float(summary_lines(rows, "pcm")[-1].split()[-1]) > 0  # each count against the lone one
 
 
 def answer(status: int, content: bytes = b"", headers: dict[str, str] | None = None, json: object = None) -> Outcome:

@@ -16,12 +16,12 @@ from voicelab.bench.load import (
     LoadReport,
     Outcome,
     Submission,
-    main,
     parse_args,
     print_report,
     run_load,
     speak_once,
 )
+from voicelab.bench.load_api import main
 from voicelab.bench.studio import PanelPoll
 
 TONE = "tests.fixture_backends:ToneBackend"

@@ -1,7 +1,7 @@
 """Load benchmark: many browser-like clients at once against the running studio.
 
     python -m voicelab bench load [--url http://127.0.0.1:7860] [--clients 20] [--duration 120]
-                                  [--backend piper] [--queue-size 16] [--device cpu]
+                                  [--backend piper] [--queue-size 16] [--device cpu]   (main: load_api.main)
 
 Without ``--url`` it starts ``app.py`` itself (a scratch outputs folder, a free port) and stops it afterwards.
 Each client is its own ``gradio_client`` session calling the public ``/speak`` endpoint in a loop until the
@@ -22,8 +22,8 @@ import logging
 import math
 import os
 import re
+import shlex
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
-
+from voicelab.bench.first_byte import add_stream_flags, client_counts
 from voicelab.bench.studio import AppProcess, Memory, PanelPoll, PanelPoller, memory_of, wait_engine_ready
 
 log = logging.getLogger(__name__)
@@ -71,10 +70,15 @@ class Outcome:
     audio_path: str = ""
     meta: str = ""
     message: str = ""
+    first_byte_at: float = 0.0  # when the answer's first audio byte arrived (API clients; 0: not measured)
 
     @property
     def latency_s(self) -> float:
         return self.finished_at - self.submission.sent_at
+
+    @property
+    def first_byte_s(self) -> float | None:
+        return self.first_byte_at - self.submission.sent_at if self.first_byte_at else None
 
     @property
     def echoed_seed(self) -> int | None:
@@ -248,6 +252,7 @@ def _studio(args: argparse.Namespace) -> Iterator[tuple[str, AppProcess | None, 
         for name in ("queue_size", "device", "torch_threads"):
             if getattr(args, name) is not None:
                 flags += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+        flags += shlex.split(args.app_args)
         app = AppProcess(flags)
         try:
             yield app.url, app, outputs
@@ -264,14 +269,14 @@ class Poller(Protocol):
     def join(self, timeout: float | None = None) -> None: ...
 
 
-def drive_clients(client: Callable[..., None], args: argparse.Namespace, poller: Poller) -> LoadReport:
-    """``args.clients`` threads of ``client(number, deadline, timeout_s, recorder)`` until ``args.duration`` ends."""
+def drive_clients(client: Callable[..., None], args: argparse.Namespace, poller: Poller, clients: int) -> LoadReport:
+    """``clients`` threads of ``client(number, deadline, timeout_s, recorder)`` until ``args.duration`` ends."""
     recorder = Recorder()
     started = time.monotonic()
     deadline = started + args.duration
     threads = [
         threading.Thread(target=client, args=(n, deadline, args.request_timeout, recorder), daemon=True)
-        for n in range(args.clients)
+        for n in range(clients)
     ]
     for thread in threads:
         thread.start()
@@ -298,7 +303,7 @@ def run_load(args: argparse.Namespace) -> LoadReport:
         poller = PanelPoller(url, args.poll_interval)
         poller.start()
         client = functools.partial(run_client, url, nice=args.client_nice)
-        report = drive_clients(client, args, poller)
+        report = drive_clients(client, args, poller, args.clients[0])
         report.memory_start, report.memory_end = memory_start, memory_of(app, url)
         if outputs is not None:
             report.saved_seeds = [s for s in _saved_seeds(outputs) if s != WARM_UP_SEED]
@@ -365,7 +370,7 @@ def print_report(report: LoadReport, window_s: float) -> None:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m voicelab bench load", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default="", help="a running studio; default: start app.py here")
-    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--clients", type=client_counts, default=[20], help="with --api several: 1,8,16")
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of submitting")
     parser.add_argument("--backend", default="builtin", help="when starting the app")
     parser.add_argument("--queue-size", type=int, help="when starting the app (its default otherwise)")
@@ -383,16 +388,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="",
         help="with --api: an API key of a login of the server's --auth (python -m voicelab keys add LOGIN)",
     )
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    print(f"load: {args.clients} clients for {args.duration:g} s against {args.url or f'app.py ({args.backend})'}")
-    try:
-        report = run_load(args)
-    except (httpx.HTTPError, RuntimeError) as exc:
-        print(f"error: the load run could not start: {exc}", file=sys.stderr)
-        return 2
-    print_report(report, args.window)
-    return 0 if report.passed else 1
+    add_stream_flags(parser)
+    args = parser.parse_args(argv)
+    if len(args.clients) > 1 and not args.api:
+        parser.error("several client counts need --api")
+    return args

@@ -1,9 +1,12 @@
 """Load benchmark, HTTP API mode: N clients calling ``POST /v1/audio/speech`` the way scripts do.
 
-    python -m voicelab bench load --api [--url http://127.0.0.1:7860] [--api-key KEY] [--clients 20] ...
+    python -m voicelab bench load --api [--url http://127.0.0.1:7860] [--api-key KEY] [--clients 1,8,16]
+        [--format pcm] [--chars 188] [--voice NAME] [--app-args "--backend-options decode_slots=16"] ...
 
 The same run as ``bench load`` (``voicelab.bench.load``; the same flags, report and verdict) with API clients
-instead of browser sessions: each submission carries a unique ``seed``, which the server echoes in ``X-Seed``
+instead of browser sessions, once per client count (each for ``--duration``, one server, after one unmeasured
+request per client at the largest count), then the time to first byte per count (``first_byte.py``). Each
+submission carries a unique ``seed``, which the server echoes in ``X-Seed``
 and History keeps, so every request is traced to exactly one outcome: ``ok`` (a WAV that decodes to speech),
 ``busy`` (a 429 with Retry-After and a clear sentence), ``error`` or ``lost``. A poller reads ``/health`` as the
 "panel" (a load balancer's probe must stay fresh under load).
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import io
+import json
 import logging
 import os
 import sys
@@ -24,6 +28,7 @@ from collections.abc import Sequence
 import httpx
 import soundfile as sf
 
+from voicelab.bench.first_byte import FirstByteRow, first_byte_row, request_text, summary_lines
 from voicelab.bench.load import (
     SENTENCES,
     WARM_UP_SEED,
@@ -44,46 +49,79 @@ from voicelab.bench.studio import PanelPoll, memory_of
 log = logging.getLogger(__name__)
 
 
-def speak_api_once(http: httpx.Client, submission: Submission, timeout_s: float) -> Outcome:
-    """One /v1/audio/speech call; every way it can end becomes an Outcome."""
-    body = {"input": submission.text, "seed": submission.seed, "response_format": "wav"}
+def speak_api_once(
+    http: httpx.Client, submission: Submission, timeout_s: float, response_format: str = "wav", voice: str = ""
+) -> Outcome:
+    """One /v1/audio/speech call, read as a stream (when its first audio byte came is kept); every way it can end
+    becomes an Outcome."""
+    body = {"input": submission.text, "seed": submission.seed, "response_format": response_format}
+    if voice:
+        body["voice"] = voice
     try:
-        response = http.post("/v1/audio/speech", json=body, timeout=timeout_s)
+        with http.stream("POST", "/v1/audio/speech", json=body, timeout=timeout_s) as response:
+            first_byte_at, content = _read_stream(response)
     except httpx.TimeoutException:
         return Outcome(submission, "lost", time.monotonic(), message=f"no answer in {timeout_s:.0f} s")
     except httpx.HTTPError as exc:
         return Outcome(submission, "lost", time.monotonic(), message=f"{type(exc).__name__}: {exc}")
     if response.status_code != 200:
         try:
-            message = str(response.json()["error"]["message"])
+            message = str(json.loads(content)["error"]["message"])
         except (ValueError, KeyError, TypeError):
-            message = f"HTTP {response.status_code}: {response.text[:120]}"
+            message = f"HTTP {response.status_code}: {content[:120].decode(errors='replace')}"
         busy = response.status_code == 429 and "retry-after" in response.headers and is_clear_sentence(message)
         return Outcome(submission, "busy" if busy else "error", time.monotonic(), message=message)
-    try:
-        frames = sf.info(io.BytesIO(response.content)).frames
-        audio, _ = sf.read(io.BytesIO(response.content), frames=frames if frames > 0 else -1)
-    except (sf.SoundFileError, RuntimeError, ValueError) as exc:
-        return Outcome(submission, "error", time.monotonic(), message=f"audio does not decode: {exc}")
-    if len(audio) == 0:
-        return Outcome(submission, "error", time.monotonic(), message="no audio in the answer")
+    problem = _audio_problem(content, response_format)
+    if problem:
+        return Outcome(submission, "error", time.monotonic(), message=problem)
     meta = f"seed {response.headers.get('x-seed', '')}"
-    return Outcome(submission, "ok", time.monotonic(), audio_path=f"job:{response.headers.get('x-job-id')}", meta=meta)
+    job = f"job:{response.headers.get('x-job-id')}"
+    return Outcome(submission, "ok", time.monotonic(), audio_path=job, meta=meta, first_byte_at=first_byte_at)
+
+
+def _read_stream(response: httpx.Response) -> tuple[float, bytes]:
+    """The answer's body and when its first byte arrived."""
+    first_byte_at, pieces = 0.0, []
+    for piece in response.iter_bytes():
+        if piece and not first_byte_at:
+            first_byte_at = time.monotonic()
+        pieces.append(piece)
+    return first_byte_at, b"".join(pieces)
+
+
+def _audio_problem(content: bytes, response_format: str) -> str:
+    """Why the answer is not audio ("" when it is): a WAV must decode, raw PCM must be whole 16-bit samples."""
+    if response_format == "pcm":
+        return "" if content and len(content) % 2 == 0 else "no whole 16-bit samples in the answer"
+    try:
+        frames = sf.info(io.BytesIO(content)).frames
+        audio, _ = sf.read(io.BytesIO(content), frames=frames if frames > 0 else -1)
+    except (sf.SoundFileError, RuntimeError, ValueError) as exc:
+        return f"audio does not decode: {exc}"
+    return "" if len(audio) else "no audio in the answer"
 
 
 def run_api_client(
-    url: str, number: int, deadline: float, timeout_s: float, recorder: Recorder, headers: dict[str, str], nice: int
+    url: str,
+    number: int,
+    deadline: float,
+    timeout_s: float,
+    recorder: Recorder,
+    headers: dict[str, str],
+    args: argparse.Namespace,
+    first_seed: int = 0,
 ) -> None:
-    """One API client submitting back to back until the deadline (``nice``: see ``load.run_client``)."""
-    if nice:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    """One API client submitting back to back until the deadline (``args.client_nice``: see ``load.run_client``);
+    seeds from ``first_seed`` on, so several client counts in one run never repeat one."""
+    if args.client_nice:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), args.client_nice)
     with httpx.Client(base_url=url, headers=headers) as http:
         index = 0
         while time.monotonic() < deadline:
-            text = SENTENCES[(number + index) % len(SENTENCES)]
-            submission = Submission(number, index, number * 1_000_000 + index, text, time.monotonic())
+            text = request_text(SENTENCES, number + index, args.chars)
+            submission = Submission(number, index, first_seed + number * 1_000_000 + index, text, time.monotonic())
             recorder.submitted(submission)
-            recorder.finished(speak_api_once(http, submission, timeout_s))
+            recorder.finished(speak_api_once(http, submission, timeout_s, args.format, args.voice))
             index += 1
 
 
@@ -123,21 +161,51 @@ def wait_healthy(url: str, timeout_s: float) -> None:
     raise RuntimeError(f"the engine was not ready after {timeout_s:.0f} s")
 
 
-def run_load_api(args: argparse.Namespace) -> LoadReport:
+def warm_up(url: str, headers: dict[str, str], clients: int, args: argparse.Namespace) -> None:
+    """One unmeasured request per client at once (a backend that runs jobs side by side warms each job thread)."""
+    text = request_text(SENTENCES, 0, args.chars) if args.chars else "Warming up."
+
+    def one(number: int) -> None:
+        with httpx.Client(base_url=url, headers=headers) as http:
+            submission = Submission(-1, number, WARM_UP_SEED - number, text, time.monotonic())
+            speak_api_once(http, submission, args.request_timeout, args.format, args.voice)
+
+    threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(args.request_timeout)
+
+
+def run_load_api(args: argparse.Namespace) -> list[LoadReport]:
+    """One report per client count of ``args.clients``, against one server."""
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    reports = []
     with _studio(args) as (url, app, outputs):
         wait_healthy(url, args.ready_timeout)
-        with httpx.Client(base_url=url, headers=headers) as warm:
-            speak_api_once(warm, Submission(-1, 0, WARM_UP_SEED, "Warming up.", time.monotonic()), 120)
-        memory_start = memory_of(app, url) if app is not None else None
-        poller = HealthPoller(url, args.poll_interval)
-        poller.start()
-        client = functools.partial(run_api_client, url, headers=headers, nice=args.client_nice)
-        report = drive_clients(client, args, poller)
-        report.memory_start, report.memory_end = memory_start, memory_of(app, url) if app is not None else None
+        warm_up(url, headers, max(args.clients), args)
+        for number, clients in enumerate(args.clients):
+            memory_start = memory_of(app, url) if app is not None else None
+            poller = HealthPoller(url, args.poll_interval)
+            poller.start()
+            client = functools.partial(run_api_client, url, headers=headers, args=args, first_seed=number * 10**8)
+            report = drive_clients(client, args, poller, clients)
+            report.memory_start, report.memory_end = memory_start, memory_of(app, url) if app is not None else None
+            reports.append(report)
         if outputs is not None:
-            report.saved_seeds = [s for s in _saved_seeds(outputs) if s != WARM_UP_SEED]
-    return report
+            saved = [s for s in _saved_seeds(outputs) if s <= WARM_UP_SEED - max(args.clients)]
+            for report in reports:
+                sent = {o.submission.seed for o in report.outcomes}
+                report.saved_seeds = [s for s in saved if s in sent]
+    return reports
+
+
+def first_byte_rows(reports: Sequence[LoadReport], counts: Sequence[int]) -> list[FirstByteRow]:
+    rows = []
+    for clients, report in zip(counts, reports, strict=True):
+        ok = [o for o in report.outcomes if o.kind == "ok" and o.first_byte_s is not None]
+        rows.append(first_byte_row(clients, [o.first_byte_s or 0.0 for o in ok], [o.latency_s for o in ok]))
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,9 +215,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = "API clients" if args.api else "clients"
     print(f"load: {args.clients} {mode} for {args.duration:g} s against {target}")
     try:
-        report = run_load_api(args) if args.api else run_load(args)
+        reports = run_load_api(args) if args.api else [run_load(args)]
     except (httpx.HTTPError, RuntimeError) as exc:
         print(f"error: the load run could not start: {exc}", file=sys.stderr)
         return 2
-    print_report(report, args.window)
-    return 0 if report.passed else 1
+    for clients, report in zip(args.clients, reports, strict=True):
+        if len(reports) > 1:
+            print(f"--- {clients} {mode}")
+        print_report(report, args.window)
+    if args.api:
+        label = f"{args.format}, {len(request_text(SENTENCES, 0, args.chars))} characters"
+        print("\n".join(summary_lines(first_byte_rows(reports, args.clients), label)))
+    return 0 if all(r.passed for r in reports) else 1

@@ -57,6 +57,7 @@ class Pass:
     stream: bool
     speed: float
     seed: int
+    opens: bool = False  # the request's first segment: its first audio goes ahead of others' later chunks
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,8 @@ class CosyVoiceBackend:
         for index, segment in enumerate(segments):
             gap = np.zeros(round(request.sentence_silence_s * SAMPLE_RATE) if index else 0, np.float32)
             seed = int(torch.randint(0, 2**62, (1,), generator=seeds))
-            pieces = self._segment(runtime, plan, segment, entry, Pass(stream, request.speed, seed), guard)
+            how = Pass(stream, request.speed, seed, opens=index == 0)
+            pieces = self._segment(runtime, plan, segment, entry, how, guard)
             try:
                 for piece_index, audio in enumerate(pieces):
                     head = gap if piece_index == 0 else gap[:0]
@@ -161,7 +163,7 @@ class CosyVoiceBackend:
     ) -> Generator[np.ndarray, None, None]:
         model_input = runtime.inputs(plan, segment_text(plan, segment), entry)
         if how.stream:
-            yield from runtime.run(model_input, stream=True, speed=1.0, seed=how.seed)
+            yield from runtime.run(model_input, stream=True, speed=1.0, seed=how.seed, opens=how.opens)
             return
 
         def whole() -> np.ndarray:
@@ -234,12 +236,15 @@ def _joined(pieces: Iterator[np.ndarray]) -> np.ndarray:
 
 def create(settings: Settings) -> CosyVoiceBackend:
     """The registry's factory: ``--cosyvoice-dir`` (or ``--model-dir``) and ``--cosyvoice-code``."""
-    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,flow_graphs=on|off,flow_tf32=on|off,decode_stream
+    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N; flow_graphs, flow_tf32, decode_stream and
+        # first_audio_first: on|off
         decode = DecodeChoice.parse(
             settings.backend_option("fast_decode", "auto"), settings.backend_option("decode_slots", "1")
         )
         decode = replace(decode, own_stream=_on_off(settings, "decode_stream", default="off"))
-        flow_graphs, flow_tf32 = (_on_off(settings, name) for name in ("flow_graphs", "flow_tf32"))
+        flow_graphs, flow_tf32, first_audio_first = (
+            _on_off(settings, name) for name in ("flow_graphs", "flow_tf32", "first_audio_first")
+        )
     except ValueError as exc:
         raise BackendLoadError(f"CosyVoice backend option: {exc}.") from exc
     problem = preflight(settings)
@@ -247,7 +252,9 @@ def create(settings: Settings) -> CosyVoiceBackend:
         raise BackendLoadError(problem)
     model_dir = Path(model_dir_of(settings))
     config = CosyVoiceConfig(model_dir, settings.cosyvoice_code, settings.profile_cache_size, decode.slots)
-    load = functools.partial(load_runtime, decode=decode, flow_graphs=flow_graphs, flow_tf32=flow_tf32)
+    load = functools.partial(
+        load_runtime, decode=decode, flow_graphs=flow_graphs, flow_tf32=flow_tf32, first_audio_first=first_audio_first
+    )
     return CosyVoiceBackend(config, load)
 
 

@@ -12,6 +12,7 @@ final call -- with the hop length per request, and wakes on each token (``LlmWat
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 
 import torch
 
+from voicelab.backends.cosyvoice.first_audio import FirstAudioFirst, Opening
 from voicelab.backends.cosyvoice.request_watch import LlmWatch
 
 log = logging.getLogger(__name__)
@@ -109,10 +111,14 @@ def speak(
     stream: bool,
     speed: float = 1.0,
     start: ThreadStarter = new_thread,
+    order: FirstAudioFirst | None = None,
+    opens: bool = False,
 ) -> Iterator[torch.Tensor]:
     """Upstream's audio for one request (``inputs``: ``tts``'s keyword arguments), chunk by chunk when ``stream``;
-    ``start`` runs its ``llm_job``. However the caller leaves, the thread is stopped and the request's per-request
-    entries are dropped."""
+    ``start`` runs its ``llm_job``. Streamed, with ``order``: a call that ``opens`` a request (its first audio) is
+    counted as waiting until its first chunk is made, and every other chunk first lets those go ahead
+    (``first_audio.py``). However the caller leaves, the thread is stopped and the request's per-request entries
+    are dropped."""
     key = watch.request_id
     with model.lock:
         model.tts_speech_token_dict[key], model.llm_end_dict[key], model.hift_cache_dict[key] = [], False, None
@@ -124,7 +130,7 @@ def speak(
     finished = False
     try:
         if stream:
-            yield from _streamed(model, inputs, watch, hops, job)
+            yield from _streamed(model, inputs, watch, hops, job, order, opens)
         else:
             job.join()
             watch.raise_if_failed()
@@ -135,26 +141,49 @@ def speak(
 
 
 def _streamed(
-    model: Any, inputs: dict[str, torch.Tensor], watch: LlmWatch, hops: Hops, job: LlmThread
+    model: Any,
+    inputs: dict[str, torch.Tensor],
+    watch: LlmWatch,
+    hops: Hops,
+    job: LlmThread,
+    order: FirstAudioFirst | None,
+    opens: bool,
 ) -> Iterator[torch.Tensor]:
     key = watch.request_id
     tokens: list[int] = model.tts_speech_token_dict[key]  # llm_job appends to this very list
     pad = hops.prompt_pad(int(inputs["flow_prompt_speech_token"].shape[1]))
     offset, hop = 0, hops.first
-    while True:
-        this_hop = hop + pad if offset == 0 else hop
-        need = this_hop + hops.lookahead
-        watch.wait_until(functools.partial(_enough, tokens, offset + need, model.llm_end_dict, key))
+    opening_of = order.opening() if order is not None and opens else contextlib.nullcontext(None)
+    with opening_of as opening:
+        while True:
+            this_hop = hop + pad if offset == 0 else hop
+            need = this_hop + hops.lookahead
+            watch.wait_until(functools.partial(_enough, tokens, offset + need, model.llm_end_dict, key))
+            watch.raise_if_failed()
+            ended = model.llm_end_dict[key]  # read before the count: once it is True every token is stored
+            if len(tokens) - offset >= need:
+                _take_turn(order, opening)
+                speech = _token2wav(model, inputs, key, tokens[: offset + need], offset, finalize=False, stream=True)
+                yield _opened(speech, opening)
+                offset, hop = offset + this_hop, min(hops.most, int(hop * hops.scale))
+            elif ended:
+                break
+        job.join()
         watch.raise_if_failed()
-        ended = model.llm_end_dict[key]  # read before the count: once it is True every token is stored
-        if len(tokens) - offset >= need:
-            yield _token2wav(model, inputs, key, tokens[: offset + need], offset, finalize=False, stream=True)
-            offset, hop = offset + this_hop, min(hops.most, int(hop * hops.scale))
-        elif ended:
-            break
-    job.join()
-    watch.raise_if_failed()
-    yield _token2wav(model, inputs, key, tokens, offset, finalize=True)
+        _take_turn(order, opening)
+        yield _opened(_token2wav(model, inputs, key, tokens, offset, finalize=True), opening)
+
+
+def _take_turn(order: FirstAudioFirst | None, opening: Opening | None) -> None:
+    """A chunk that is not its request's first audio lets the requests waiting for theirs go first."""
+    if order is not None and (opening is None or not opening.pending):
+        order.before_later_chunk()
+
+
+def _opened(speech: torch.Tensor, opening: Opening | None) -> torch.Tensor:
+    if opening is not None:
+        opening.done()
+    return speech
 
 
 def _enough(tokens: list[int], until: int, ended: dict[str, bool], key: str) -> bool:

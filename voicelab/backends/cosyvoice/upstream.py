@@ -24,6 +24,7 @@ import torch
 from voicelab.backends.cosyvoice.batch_decode import DecodeBatcher
 from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, prepare_llm
 from voicelab.backends.cosyvoice.features import SpeakerEntry, UpstreamFeaturizer
+from voicelab.backends.cosyvoice.first_audio import FirstAudioFirst
 from voicelab.backends.cosyvoice.flow_graphs import GraphedEstimator, install_flow_graphs
 from voicelab.backends.cosyvoice.modes import Mode, ModePlan
 from voicelab.backends.cosyvoice.request_watch import LlmWatch, QuietGate, RequestWatches, install_guards
@@ -85,6 +86,7 @@ class UpstreamRuntime:
         self.flow_graphs: GraphedEstimator | None = None  # the flow estimator's CUDA graphs (``flow_graphs.py``)
         self.hops = Hops.of(model)  # read before anything runs: upstream's own tts grows the hop on the instance
         self.llm_threads: ThreadStarter = new_thread  # how each request's llm_job runs (``speech_loop``)
+        self.first_audio = FirstAudioFirst()  # streamed requests' first chunks before others' later ones
         install_guards(model, self.watches, token_cap)
 
     def normalize(self, text: str) -> list[str]:
@@ -117,22 +119,32 @@ class UpstreamRuntime:
         return model_input
 
     def run(
-        self, model_input: dict[str, torch.Tensor], stream: bool, speed: float, seed: int | None = None
+        self,
+        model_input: dict[str, torch.Tensor],
+        stream: bool,
+        speed: float,
+        seed: int | None = None,
+        opens: bool = False,
     ) -> Iterator[np.ndarray]:
         """Upstream's audio for one request as float32 arrays (``speech_loop.speak``); its thread stopped and its
-        per-request entries dropped however we leave. Safe to call from several threads at once."""
+        per-request entries dropped however we leave. Safe to call from several threads at once. ``opens``: this
+        call makes its request's first audio (``first_audio.py``)."""
         watch = LlmWatch(uuid.uuid4().hex, seed)
         self.watches.register(watch)
         try:
             with self.gate.request(self._recapture_released_graphs):
-                yield from self._outputs(model_input, watch, stream, speed)
+                yield from self._outputs(model_input, watch, stream, speed, opens)
         finally:
             self.watches.release(watch)
 
-    def _outputs(self, model_input: dict[str, torch.Tensor], watch: LlmWatch, stream: bool, speed: float
-                 ) -> Iterator[np.ndarray]:  # fmt: skip
+    def _outputs(
+        self, model_input: dict[str, torch.Tensor], watch: LlmWatch, stream: bool, speed: float, opens: bool
+    ) -> Iterator[np.ndarray]:
+        order = self.first_audio
         try:
-            for output in speak(self.model, model_input, watch, self.hops, stream, speed, self.llm_threads):
+            for output in speak(
+                self.model, model_input, watch, self.hops, stream, speed, self.llm_threads, order, opens
+            ):
                 watch.raise_if_failed()
                 yield output.reshape(-1).float().numpy()
             watch.raise_if_failed()
@@ -197,6 +209,7 @@ def load_runtime(
     decode: DecodeChoice | None = None,
     flow_graphs: bool = True,
     flow_tf32: bool = True,
+    first_audio_first: bool = True,
 ) -> UpstreamRuntime:
     """Upstream's classes from the optional install (or ``code_dir``), built as its CosyVoice2/3 would build them,
     except: no download path, the Qwen body cast to an explicit dtype before the weights are read (transformers 5
@@ -240,6 +253,7 @@ def load_runtime(
     log.info("CosyVoice%d loaded from %s (%s, token cap %s)", version, model_dir, dtype, token_cap)
     runtime = UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
     runtime.decoder = decoder
+    runtime.first_audio.enabled = first_audio_first
     runtime.flow_graphs = install_flow_graphs(model.flow, flow_tf32) if flow_graphs else None
     _log_device_memory("flow graphs")
     if isinstance(decoder, DecodeBatcher):
