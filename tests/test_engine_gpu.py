@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from tests.gpu_needs import BUILTIN_ON_GPU, ENGLISH_VOICE
 from voicelab.engine.client import EngineClient
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.settings import Settings
@@ -17,7 +18,7 @@ from voicelab.telemetry.nvml import NvmlSampler
 from voicelab.telemetry.sampler import TelemetrySampler
 from voicelab.telemetry.samples import EngineState
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, ENGLISH_VOICE]
 
 LONG_TEXTS = [
     " ".join(["The committee will meet again on Thursday at half past three to review the plans."] * n)
@@ -28,7 +29,7 @@ MIB = 2**20
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[EngineClient]:
-    with EngineClient(Settings(device="cuda", auto_clean=False)) as engine:
+    with EngineClient(Settings(device="cuda", auto_clean=False, backend=BUILTIN_ON_GPU)) as engine:
         engine.wait_ready()
         yield engine
 
@@ -113,7 +114,7 @@ def test_forced_oom_is_recovered_without_restart() -> None:
 
     from voicelab.engine.core import EngineCore
 
-    core = EngineCore(Settings(device="cuda", auto_clean=False))
+    core = EngineCore(Settings(device="cuda", auto_clean=False, backend=BUILTIN_ON_GPU))
     text = " ".join(f"Sentence number {i} is here to make the batch long and wide." for i in range(24))
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()

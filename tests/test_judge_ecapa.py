@@ -18,6 +18,7 @@ import pytest
 import soundfile as sf
 import torch
 
+from tests.gpu_needs import ECAPA
 from voicelab.errors import BackendLoadError
 from voicelab.judges import ecapa
 from voicelab.judges.ecapa import EMBEDDING_DIM, JUDGE_RATE, MIN_SAMPLES, EcapaJudge, batches
@@ -274,6 +275,7 @@ def test_a_missing_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch, 
 
 
 @pytest.mark.gpu
+@ECAPA
 def test_cuda_embeddings_equal_the_cpu_ones(judge: EcapaJudge, clips16k: dict[str, np.ndarray]) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")

