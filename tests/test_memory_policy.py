@@ -112,14 +112,14 @@ def test_memory_that_comes_with_new_threads_is_not_a_leak_but_growth_between_the
     workspace (33 MiB), and allocated between jobs rose 3694 -> 4288 -> 4842 MiB; the watch called it a leak."""
     watch = LeakWatch(bound_bytes=64 * MiB, warmup_jobs=2)
     for _ in range(2):
-        watch.observe(stats(allocated=3694 * MiB), threads=6)
+        watch.observe(stats(allocated=3694 * MiB), holders=6)
     for _ in range(200):  # the sequential soak: no new threads, flat
-        assert watch.observe(stats(allocated=3694 * MiB), threads=6) is None
-    assert watch.observe(stats(allocated=4288 * MiB), threads=22) is None  # 8 clients: 16 new threads
-    assert watch.observe(stats(allocated=4842 * MiB), threads=38) is None  # 16 clients
+        assert watch.observe(stats(allocated=3694 * MiB), holders=6) is None
+    assert watch.observe(stats(allocated=4288 * MiB), holders=22) is None  # 8 clients: 16 new threads
+    assert watch.observe(stats(allocated=4842 * MiB), holders=38) is None  # 16 clients
     assert watch.baseline == 4842 * MiB
-    assert watch.observe(stats(allocated=4842 * MiB), threads=30) is None  # fewer alive later: nothing moves
-    leak = watch.observe(stats(allocated=4942 * MiB), threads=38)  # grown with no thread more than ever: warned
+    assert watch.observe(stats(allocated=4842 * MiB), holders=30) is None  # fewer alive later: nothing moves
+    leak = watch.observe(stats(allocated=4942 * MiB), holders=38)  # grown with no thread more than ever: warned
     assert leak is not None and leak.growth_bytes == 100 * MiB
 
 

@@ -370,10 +370,12 @@ class EngineCore:
     def after_job(self) -> CleanReport | None:
         """Hygiene between jobs: freed host heap back to the OS, clean when the policy says so; feed the watches."""
         heap.trim_after_job(self.heap_policy)
-        stats, threads = self._job_monitor.sample(), threading.active_count()  # new threads' memory: GrowthWatch
-        warning = self.leak_watch.observe(stats, threads)
+        # Threads, models loaded on first use and captured graphs each bring memory once: not a leak (GrowthWatch)
+        holders = threading.active_count() + self.voice.loaded_parts() + len(self.graph_buckets())
+        stats = self._job_monitor.sample()
+        warning = self.leak_watch.observe(stats, holders)
         self._device_leak = warning.message if warning is not None else self._device_leak
-        host = self.rss_watch.observe(stats.worker_rss, threads)
+        host = self.rss_watch.observe(stats.worker_rss, holders)
         self.leak_warning = " ".join(m for m in (self._device_leak, host and host.message) if m) or None
         reason = self.hygiene.should_clean(stats, memory.device_total(self.device), self._last_auto_clean)
         if reason is None:

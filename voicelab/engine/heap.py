@@ -167,10 +167,10 @@ class RssWatch(GrowthWatch):
         super().__init__(bound_bytes, warmup_jobs)
         self.current: RssWarning | None = None
 
-    def observe(self, rss: int, threads: int | None = None) -> RssWarning | None:
+    def observe(self, rss: int, holders: int | None = None) -> RssWarning | None:
         """Record RSS after a job; the warning while RSS is above the bound (logged once per excursion;
-        ``threads``: the live threads, see ``GrowthWatch``)."""
-        first = self.over(rss, threads)
+        ``holders``: threads, loaded models and graphs, see ``GrowthWatch``)."""
+        first = self.over(rss, holders)
         if first is None:
             self.current = None
             return None

@@ -352,10 +352,10 @@ class LeakWatch(GrowthWatch):
     def __init__(self, bound_bytes: int, warmup_jobs: int = 3) -> None:
         super().__init__(bound_bytes, warmup_jobs)
 
-    def observe(self, stats: AllocatorStats, threads: int | None = None) -> LeakWarning | None:
+    def observe(self, stats: AllocatorStats, holders: int | None = None) -> LeakWarning | None:
         """Record the allocated figure after a job; a ``LeakWarning`` the first time growth exceeds the bound
-        (``threads``: the live threads, see ``GrowthWatch``)."""
-        if not self.over(stats.allocated, threads):
+        (``holders``: threads, loaded models and graphs, see ``GrowthWatch``)."""
+        if not self.over(stats.allocated, holders):
             return None
         assert self.baseline is not None
         warning = LeakWarning(self.baseline, stats.allocated, self.bound_bytes, self.jobs_observed)

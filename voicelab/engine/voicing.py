@@ -332,6 +332,13 @@ class VoiceStage:
             draft, output, sample_rate, plan.speech.text, plan.requested, neutral, reference, self.device
         )
 
+    def loaded_parts(self) -> int:
+        """What this stage has loaded on first use so far: the matcher (GE2E), the judge (ECAPA), each language's
+        neutral voice and each cached profile (bounded by the cache); ``EngineCore.after_job`` counts them."""
+        with self._lock:
+            matcher, judge = int(self._matcher is not None), int(self.scorer.judge.loaded)
+            return matcher + judge + len(self._neutral) + self.cache.stats().size
+
     def cache_stats(self) -> ProfileCacheStats:
         return replace(self.cache.stats(), judge_bytes=self.scorer.device_bytes())
 
