@@ -42,12 +42,15 @@ def add_stream_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def request_text(sentences: Sequence[str], start: int, chars: int) -> str:
-    """Sentences from ``start`` on (wrapping), joined until the text reaches ``chars`` (one sentence when 0)."""
+    """Whole sentences from ``start`` on (wrapping), as many as bring the length closest to ``chars`` (at least
+    one; one when ``chars`` is 0)."""
     text = sentences[start % len(sentences)]
     index = start + 1
     while len(text) < chars:
-        text = f"{text} {sentences[index % len(sentences)]}"
-        index += 1
+        longer = f"{text} {sentences[index % len(sentences)]}"
+        if len(longer) - chars > chars - len(text):
+            break
+        text, index = longer, index + 1
     return text
 
 
