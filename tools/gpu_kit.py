@@ -48,7 +48,7 @@ from tools.kit_plan import (
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_NEEDS = ("setuptools<70", "wheel", "cython", "numpy>=2")
-SITE = "/tmp/voicelab-site"
+SITE = "~/voicelab-site"  # where install puts the kit (next to the image's own packages, on PYTHONPATH)
 
 
 def wheel_dist(path: Path) -> Dist:
@@ -202,7 +202,8 @@ def manifest(out: Path, parts: list[list[str]], result: Walk, from_image: list[s
     lines.append("core: app.py, the API server and CosyVoice on its built-in voice; the English voice adds the")
     lines.append("built-in backend's English; voice matching and the judge add cloning on the built-in voices and")
     lines.append("prompts' scores. Carry the parts a run needs (one a call works while the machine stays warm), then:")
-    lines.append(f"python3 -m tools.gpu_kit install --target {SITE} {out.name}/part*  # joins pieces, pip --no-index")
+    lines.append(f"mkdir -p ~/voicelab-kit && cp -r {out.name}/part* ~/voicelab-kit/  # each carried part")
+    lines.append(f"python3 -m tools.gpu_kit install --target {SITE} ~/voicelab-kit/part*  # joins the pieces")
     lines.append(f"export PYTHONPATH={SITE}:$PWD")
     return "\n".join(lines) + "\n"
 
@@ -247,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     setup = sub.add_parser("install", help="on the GPU machine: install carried parts (pieces joined)")
     setup.add_argument("parts", type=Path, nargs="+")
-    setup.add_argument("--target", type=Path, default=Path(SITE))
+    setup.add_argument("--target", type=Path, default=Path(SITE).expanduser())
     args = parser.parse_args(argv)
     if args.command != "install":
         return build(args)
