@@ -213,7 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     target = args.url or f"app.py ({args.backend})"
     mode = "API clients" if args.api else "clients"
-    print(f"load: {args.clients} {mode} for {args.duration:g} s against {target}")
+    counts = ",".join(map(str, args.clients))
+    print(f"load: {counts} {mode} for {args.duration:g} s against {target}")
     try:
         reports = run_load_api(args) if args.api else [run_load(args)]
     except (httpx.HTTPError, RuntimeError) as exc:
