@@ -116,15 +116,16 @@ def build_python(asked: str, target: Target) -> str | None:
 
 
 def build_sources(specs: list[str], into: Path, python: str | None, pip: Sequence[str]) -> list[str]:
-    """Wheels of the source-only pins built with ``python``; without one, their sdists into ``into/src`` and the
-    manifest lines that build them on the GPU machine. Returns those lines."""
+    """Wheels of the source-only pins built with ``python`` into ``into``; without one, their sdists into the kit's
+    ``src`` folder (beside ``into``) and the manifest line that builds them on the GPU machine. Returns that line."""
     if python is None:
-        src = into / "src"
+        src = into.parent / "src"
         src.mkdir(exist_ok=True)
         subprocess.run([*pip, "download", "--no-deps", "--no-binary=:all:", "-d", str(src), *specs], check=True)
+        kit = into.parent.name
         return [
-            f"build on the GPU machine first: python3 -m pip wheel --no-deps --no-build-isolation -w {into.name}/"
-            f"built {into.name}/src/*  (then install {into.name}/built/*.whl too)"
+            f"build on the GPU machine first (it has compilers; carry {kit}/src too): python3 -m pip wheel --no-deps "
+            f"--no-build-isolation -w {kit}/built {kit}/src/*, then install {kit}/built with the parts"
         ]
     with tempfile.TemporaryDirectory(prefix="voicelab-kit-build-") as scratch:
         venv = Path(scratch) / "venv"
