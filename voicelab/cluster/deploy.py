@@ -1,0 +1,171 @@
+"""``python -m voicelab serve --ray``: VoiceLab as one Ray Serve application on a local or a running cluster.
+
+    python -m voicelab serve --ray [--address auto|ray://HOST:10001] [--replicas N | --autoscale MIN:MAX]
+        [--gpus-per-replica 1] [--cpus-per-replica 1] [app.py's flags: --backend, --outputs-dir, --port, ...]
+
+Two deployments: ``EngineReplica`` (one VoiceLab engine each, ``num_gpus`` per replica, routed by voice) and
+``StudioIngress`` (the FastAPI app with the studio, on Serve's HTTP proxy at ``--host``/``--port``).
+Without ``--address`` a local cluster is started in this process and stops with it; with one, the application
+is deployed there (``--detach`` leaves it running). docs/ray.md has the cluster side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from voicelab.cluster.board import NAMESPACE, board_name
+from voicelab.cluster.ingress import StudioIngress
+from voicelab.cluster.replica import EngineReplica
+from voicelab.settings import Settings, add_arguments, from_arguments
+
+log = logging.getLogger(__name__)
+
+JOBS_PER_REPLICA = 2  # one on the worker, one waiting on the replica so the worker never idles between jobs
+READY = "VOICELAB READY"
+ROUTER = "voicelab.cluster.router:VoiceRouter"  # Serve imports it in every process that routes
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """Where and how wide to deploy.
+
+    address: "" starts a local cluster in this process; "auto" joins the one running on this machine;
+    "ray://HOST:10001" a remote one. replicas: a fixed count; autoscale: (min, max) replicas instead, scaled by
+    Serve on ongoing requests. gpus_per_replica / cpus_per_replica: each replica's Ray resources.
+    """
+
+    address: str = ""
+    replicas: int = 1
+    autoscale: tuple[int, int] | None = None
+    gpus_per_replica: float = 0.0
+    cpus_per_replica: float = 1.0
+    app_name: str = "voicelab"
+    dashboard: bool = True
+    local_cpus: int | None = None  # a local cluster's logical CPUs (None: the machine's)
+
+    @property
+    def slots(self) -> int:
+        """Replica tabs in the panel: the most replicas there can be."""
+        return self.autoscale[1] if self.autoscale else self.replicas
+
+
+def replica_settings(settings: Settings, options: ClusterOptions) -> Settings:
+    """One worker per replica, on the GPU Ray gave it (``CUDA_VISIBLE_DEVICES`` makes it ``cuda:0`` there)."""
+    device = "cuda" if options.gpus_per_replica > 0 else "cpu"
+    return replace(settings, device=device, devices="")
+
+
+def build_application(settings: Settings, options: ClusterOptions) -> Any:
+    """The ingress bound to the engine deployment (an ``Application`` for ``serve.run``)."""
+    scale: dict[str, Any] = {"num_replicas": options.replicas}
+    if options.autoscale is not None:
+        low, high = options.autoscale
+        scale = {"autoscaling_config": {"min_replicas": low, "max_replicas": high, "target_ongoing_requests": 1}}
+    engines = serve.deployment(EngineReplica).options(  # type: ignore[attr-defined]
+        name="EngineReplica",
+        max_ongoing_requests=JOBS_PER_REPLICA,
+        max_queued_requests=settings.queue_size,
+        ray_actor_options={"num_cpus": options.cpus_per_replica, "num_gpus": options.gpus_per_replica},
+        request_router_config={"request_router_class": ROUTER},
+        health_check_period_s=2.0,
+        graceful_shutdown_timeout_s=15.0,
+        **scale,
+    )
+    ingress = serve.deployment(serve.ingress()(StudioIngress)).options(  # type: ignore[attr-defined]
+        name="StudioIngress", num_replicas=1, max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0}
+    )
+    return ingress.bind(engines.bind(replica_settings(settings, options), options.app_name), settings,
+                        options.app_name, options.slots)  # fmt: skip
+
+
+def connect(options: ClusterOptions) -> str:
+    """Join or start the cluster; returns the Ray dashboard's URL ("" without one). Every process of the
+    cluster imports VoiceLab (and a test's fixture backends) from where this one does."""
+    here = [str(Path(__file__).resolve().parents[2]), os.getcwd(), os.environ.get("PYTHONPATH", "")]
+    env = {"PYTHONPATH": os.pathsep.join(p for p in here if p), "GRADIO_ANALYTICS_ENABLED": "False"}
+    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "namespace": NAMESPACE, "log_to_driver": False}
+    if options.address:
+        context = ray.init(address=options.address, **kwargs)
+    else:
+        context = ray.init(num_cpus=options.local_cpus, include_dashboard=options.dashboard,
+                           object_store_memory=200 * 2**20, **kwargs)  # fmt: skip
+    return str(getattr(context, "dashboard_url", "") or "")
+
+
+def deploy(settings: Settings, options: ClusterOptions) -> DeploymentHandle:
+    """Start Serve's HTTP proxy on ``settings.host:port`` and run the application there (at ``/``)."""
+    serve.start(http_options={"host": settings.host, "port": settings.port})
+    handle: DeploymentHandle = serve.run(
+        build_application(settings, options), name=options.app_name, route_prefix="/", blocking=False
+    )
+    return handle
+
+
+def undeploy(options: ClusterOptions) -> None:
+    """Delete the application and its replica board (the cluster itself stays up)."""
+    serve.delete(options.app_name)
+    with contextlib.suppress(ValueError):  # already gone
+        ray.kill(ray.get_actor(board_name(options.app_name), namespace=NAMESPACE))
+
+
+def parse_autoscale(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(":")
+    if not sep or not low.isdigit() or not high.isdigit() or not 1 <= int(low) <= int(high):
+        raise argparse.ArgumentTypeError("--autoscale takes MIN:MAX replicas, e.g. 1:4")
+    return int(low), int(high)
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[Settings, ClusterOptions, bool]:
+    parser = argparse.ArgumentParser(prog="python -m voicelab serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ray", action="store_true", required=True, help="serve on Ray Serve (required)")
+    parser.add_argument("--address", default="", help="a running cluster (auto, ray://HOST:10001); none: local")
+    width = parser.add_mutually_exclusive_group()
+    width.add_argument("--replicas", type=int, default=1, help="engine replicas (fixed)")
+    width.add_argument("--autoscale", type=parse_autoscale, default=None, metavar="MIN:MAX", help="replicas, scaled")
+    parser.add_argument("--gpus-per-replica", type=float, default=0.0, help="GPUs each replica holds (0: CPU)")
+    parser.add_argument("--cpus-per-replica", type=float, default=1.0, help="CPUs each replica holds")
+    parser.add_argument("--app-name", default="voicelab", help="the Serve application's name")
+    parser.add_argument("--detach", action="store_true", help="deploy and exit (needs --address)")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.replicas < 1:
+        parser.error("--replicas must be at least 1")
+    if args.detach and not args.address:
+        parser.error("--detach needs --address: a local cluster stops with this process")
+    options = ClusterOptions(args.address, args.replicas, args.autoscale, args.gpus_per_replica,
+                             args.cpus_per_replica, args.app_name)  # fmt: skip
+    return from_arguments(args), options, bool(args.detach)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings, options, detach = parse_args(argv)
+    logging.basicConfig(level=os.environ.get("VOICELAB_LOG_LEVEL", "INFO"))
+    dashboard = connect(options)
+    deploy(settings, options)
+    if dashboard:
+        print(f"Ray dashboard: {dashboard}", flush=True)
+    print(f"{READY} http://{settings.host}:{settings.port}", flush=True)
+    if detach:
+        return 0
+    try:
+        while True:
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        print("stopping", file=sys.stderr)
+    finally:
+        undeploy(options)
+        ray.shutdown()
+    return 0
