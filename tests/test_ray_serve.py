@@ -23,16 +23,20 @@ import httpx
 import openai
 import pytest
 import ray
+from ray import serve
 
 from tests.api_server import NATIVE, decode, voice_clip
 from voicelab.bench.studio import free_port
 from voicelab.cluster.board import ReplicaReport, board_handle
 from voicelab.cluster.deploy import ClusterOptions, connect, deploy, undeploy
+from voicelab.cluster.engine import ServeEngine
 from voicelab.settings import Settings
+from voicelab.ui.devices import DevicePanel
 
 TEXT = "Hello there. How are you?"  # 1.4 s of audio (tests/test_api_speech.py)
 HOLD = "Hold on."  # spoken once the gate file exists (tests/fixture_native_backend.py)
 APP = "voicelab-test"
+pytestmark = pytest.mark.timeout(600)  # the module fixture starts a cluster: two engine workers, Serve, the studio
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,23 @@ def test_past_the_replicas_and_the_queue_the_api_answers_busy(studio: RayStudio)
     assert "busy" in busy.json()["error"]["message"]
     finish(studio, threads)
     assert [answers[seed].status_code for seed in range(201, 207)] == [200] * 6
+
+
+def test_the_panel_restarts_and_cleans_one_replica_while_the_other_keeps_its_worker(studio: RayStudio) -> None:
+    handle = serve.get_deployment_handle("EngineReplica", app_name=APP)
+    engine = ServeEngine(handle, board_handle(APP), Settings(), slots=2)  # as the ingress holds it
+    try:
+        panel = DevicePanel(engine)
+        tabs = panel.gauges()
+        assert len(tabs) == 2 and all('data-device="replica ' in tab and 'data-state="ready"' in tab for tab in tabs)
+        before = [w.pid for w in engine.status().workers]
+        text = panel.soft_restart(1, False)
+        assert text.startswith("**Soft restart of replica 1**") and f"worker {before[1]} → " in text
+        wait_for(lambda: engine.status().workers[1].pid not in (0, before[1]), 30, "replica 1's new worker")
+        assert engine.status().workers[0].pid == before[0]
+        assert "**Clean cache" in panel.clean_cache(0, False)
+    finally:
+        engine.close()
 
 
 def test_a_replica_killed_mid_request_fails_that_request_alone_and_serve_brings_it_back(

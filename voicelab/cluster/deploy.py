@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -68,7 +69,7 @@ def replica_settings(settings: Settings, options: ClusterOptions) -> Settings:
     return replace(settings, device=device, devices="")
 
 
-def build_application(settings: Settings, options: ClusterOptions) -> Any:
+def build_application(settings: Settings, options: ClusterOptions, dashboard_url: str = "") -> Any:
     """The ingress bound to the engine deployment (an ``Application`` for ``serve.run``)."""
     scale: dict[str, Any] = {"num_replicas": options.replicas}
     if options.autoscale is not None:
@@ -87,8 +88,8 @@ def build_application(settings: Settings, options: ClusterOptions) -> Any:
     ingress = serve.deployment(serve.ingress()(StudioIngress)).options(  # type: ignore[attr-defined]
         name="StudioIngress", num_replicas=1, max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0}
     )
-    return ingress.bind(engines.bind(replica_settings(settings, options), options.app_name), settings,
-                        options.app_name, options.slots)  # fmt: skip
+    engine = engines.bind(replica_settings(settings, options), options.app_name)
+    return ingress.bind(engine, settings, options.app_name, options.slots, dashboard_url)
 
 
 def connect(options: ClusterOptions) -> str:
@@ -105,12 +106,14 @@ def connect(options: ClusterOptions) -> str:
     return str(getattr(context, "dashboard_url", "") or "")
 
 
-def deploy(settings: Settings, options: ClusterOptions) -> DeploymentHandle:
-    """Start Serve's HTTP proxy on ``settings.host:port`` and run the application there (at ``/``)."""
+def deploy(settings: Settings, options: ClusterOptions, dashboard_url: str = "") -> DeploymentHandle:
+    """Start Serve's HTTP proxy on ``settings.host:port`` and run the application there (at ``/``).
+
+    Serve keeps the proxy's address from its first start on a cluster: a later deployment with another port is
+    still served on the first one."""
     serve.start(http_options={"host": settings.host, "port": settings.port})
-    handle: DeploymentHandle = serve.run(
-        build_application(settings, options), name=options.app_name, route_prefix="/", blocking=False
-    )
+    application = build_application(settings, options, dashboard_url)
+    handle: DeploymentHandle = serve.run(application, name=options.app_name, route_prefix="/", blocking=False)
     return handle
 
 
@@ -152,9 +155,12 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, ClusterOptions, bo
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings, options, detach = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below: the application is deleted
     logging.basicConfig(level=os.environ.get("VOICELAB_LOG_LEVEL", "INFO"))
     dashboard = connect(options)
-    deploy(settings, options)
+    if dashboard and not dashboard.startswith("http"):
+        dashboard = f"http://{dashboard}"
+    deploy(settings, options, dashboard)
     if dashboard:
         print(f"Ray dashboard: {dashboard}", flush=True)
     print(f"{READY} http://{settings.host}:{settings.port}", flush=True)

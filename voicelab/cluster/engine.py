@@ -106,8 +106,11 @@ class ReplicaSlots:
 class ServeEngine:
     """Thread-safe: each submitted job is carried by its own thread; status is the board's, refreshed each second."""
 
-    def __init__(self, handle: DeploymentHandle, board: Any, settings: Settings, slots: int) -> None:
+    def __init__(
+        self, handle: DeploymentHandle, board: Any, settings: Settings, slots: int, dashboard_url: str = ""
+    ) -> None:
         self.settings = settings
+        self.dashboard_url = dashboard_url
         self._handle, self._board = handle, board
         self._slots = ReplicaSlots(slots)
         self._lock = threading.Lock()
@@ -252,7 +255,7 @@ class ServeEngine:
                 for i, r in self._reports
             ]
             queued = len(self._waiting)
-            return engine_status(workers, queued, self._counters)
+            return replace(engine_status(workers, queued, self._counters), dashboard_url=self.dashboard_url)
 
     def queue_view(self) -> QueueView:
         with self._lock:

@@ -25,8 +25,10 @@ from voicelab.telemetry.samples import EngineState
 class StudioIngress:
     """The deployment's class (``deploy`` wraps it with ``serve.ingress`` and ``serve.deployment``)."""
 
-    def __init__(self, engines: DeploymentHandle, settings: Settings, app_name: str, slots: int) -> None:
-        self.engine = ServeEngine(engines, board_handle(app_name), settings, slots)
+    def __init__(
+        self, engines: DeploymentHandle, settings: Settings, app_name: str, slots: int, dashboard_url: str = ""
+    ) -> None:
+        self.engine = ServeEngine(engines, board_handle(app_name), settings, slots, dashboard_url)
 
         def engine_state() -> EngineState:
             status = self.engine.status()

@@ -100,6 +100,7 @@ class EngineStatus:
     workers: tuple[WorkerStatus, ...] = ()
     speed: JobSpeed | None = None
     graphs: tuple[GraphBucket, ...] = ()
+    dashboard_url: str = ""  # the cluster's own dashboard, when the engine's workers are Ray Serve replicas
 
 
 @dataclass(frozen=True)
