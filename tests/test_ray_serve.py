@@ -73,7 +73,9 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayStudio]:
         backend=NATIVE, outputs_dir=str(outputs), backend_options=f"chunk_delay_s=0.05,gate_file={gate}",
         queue_size=2, host="127.0.0.1", port=free_port(), torch_threads=1, job_timeout_s=120.0,
     )  # fmt: skip
-    options = ClusterOptions(replicas=2, cpus_per_replica=0.5, app_name=APP, dashboard=False, local_cpus=4)
+    options = ClusterOptions(
+        replicas=2, cpus_per_replica=0.5, app_name=APP, dashboard=False, local_cpus=4, replica_logs=False
+    )
     connect(options)
     try:
         deploy(settings, options)

@@ -108,7 +108,7 @@ def run_widths(args: argparse.Namespace, widths: Sequence[int]) -> list[WidthRes
 
     results = []
     base = ClusterOptions(address=args.address, cpus_per_replica=args.cpus_per_replica, app_name="voicelab-bench",
-                          dashboard=False, gpus_per_replica=args.gpus_per_replica)  # fmt: skip
+                          dashboard=False, gpus_per_replica=args.gpus_per_replica, replica_logs=False)  # fmt: skip
     connect(base)
     port = free_port()  # Serve's HTTP proxy keeps the port it started on for every later deployment
     with tempfile.TemporaryDirectory(prefix="voicelab-ray-load-") as outputs:

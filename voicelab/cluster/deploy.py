@@ -27,7 +27,8 @@ import ray
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from voicelab.cluster.board import NAMESPACE, board_name
+from voicelab.backends.registry import preflight
+from voicelab.cluster.board import NAMESPACE, ReplicaReport, board_handle, board_name
 from voicelab.cluster.ingress import StudioIngress
 from voicelab.cluster.replica import EngineReplica
 from voicelab.settings import Settings, add_arguments, from_arguments
@@ -56,6 +57,7 @@ class ClusterOptions:
     app_name: str = "voicelab"
     dashboard: bool = True
     local_cpus: int | None = None  # a local cluster's logical CPUs (None: the machine's)
+    replica_logs: bool = True  # the replicas' logs on this console (tests and benchmarks keep theirs quiet)
 
     @property
     def slots(self) -> int:
@@ -97,7 +99,8 @@ def connect(options: ClusterOptions) -> str:
     cluster imports VoiceLab (and a test's fixture backends) from where this one does."""
     here = [str(Path(__file__).resolve().parents[2]), os.getcwd(), os.environ.get("PYTHONPATH", "")]
     env = {"PYTHONPATH": os.pathsep.join(p for p in here if p), "GRADIO_ANALYTICS_ENABLED": "False"}
-    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "namespace": NAMESPACE, "log_to_driver": False}
+    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "namespace": NAMESPACE}
+    kwargs["log_to_driver"] = options.replica_logs
     if options.address:
         context = ray.init(address=options.address, **kwargs)
     else:
@@ -115,6 +118,20 @@ def deploy(settings: Settings, options: ClusterOptions, dashboard_url: str = "")
     application = build_application(settings, options, dashboard_url)
     handle: DeploymentHandle = serve.run(application, name=options.app_name, route_prefix="/", blocking=False)
     return handle
+
+
+def wait_for_engines(app_name: str, timeout_s: float = 600.0) -> str | None:
+    """Until a replica's engine is ready (``None``) or every reporting replica failed to load (its error)."""
+    board = board_handle(app_name)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        reports: list[ReplicaReport] = ray.get(board.reports.remote())
+        if any(r.engine.ready for r in reports):
+            return None
+        if reports and all(r.engine.load_error for r in reports):
+            return reports[0].engine.load_error
+        time.sleep(0.5)
+    return f"no engine replica was ready after {timeout_s:.0f} s"
 
 
 def undeploy(options: ClusterOptions) -> None:
@@ -155,6 +172,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, ClusterOptions, bo
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings, options, detach = parse_args(argv)
+    problem = preflight(settings)  # an optional backend that cannot start, said before any cluster starts
+    if problem:
+        print(problem, file=sys.stderr, flush=True)
+        return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below: the application is deleted
     logging.basicConfig(level=os.environ.get("VOICELAB_LOG_LEVEL", "INFO"))
     dashboard = connect(options)
@@ -163,6 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     deploy(settings, options, dashboard)
     if dashboard:
         print(f"Ray dashboard: {dashboard}", flush=True)
+    problem = wait_for_engines(options.app_name)  # the page is up meanwhile, saying the engine is starting
+    if problem:
+        log.error("the engine is not ready: %s", problem)
     print(f"{READY} http://{settings.host}:{settings.port}", flush=True)
     if detach:
         return 0
