@@ -28,8 +28,10 @@ from ray import serve
 from tests.api_server import NATIVE, decode, voice_clip
 from voicelab.bench.studio import free_port
 from voicelab.cluster.board import ReplicaReport, board_handle
-from voicelab.cluster.deploy import ClusterOptions, connect, deploy, undeploy
-from voicelab.cluster.engine import ServeEngine
+from voicelab.cluster.deploy import ClusterOptions, connect, deploy, parse_args, undeploy
+from voicelab.cluster.engine import ReplicaSlots, ServeEngine, missing_worker
+from voicelab.engine.status import EngineStatus, JobCounters, QueueView, engine_status
+from voicelab.errors import InvalidSettingError, WorkerCrashedError
 from voicelab.settings import Settings
 from voicelab.ui.devices import DevicePanel
 
@@ -241,3 +243,37 @@ def test_history_and_saved_voices_survive_the_ingress_replica(studio: RayStudio,
     response = httpx.post(f"{studio.url}/v1/audio/speech", json={"input": "Still here.", "seed": 401}, timeout=120)
     assert response.status_code == 200
     assert sorted(history_seeds(studio.outputs)) == sorted([*kept, "401"])
+
+
+def test_a_replacement_replica_takes_the_tab_its_dead_predecessor_left() -> None:
+    def report(replica_id: str) -> ReplicaReport:
+        return ReplicaReport(replica_id, 1, "10.0.0.1", (), None, engine_status_of(), QueueView(), time.time())
+
+    slots = ReplicaSlots(2)
+    assert [r.replica_id if r else None for _, r in slots.assign([report("a"), report("b")])] == ["a", "b"]
+    assert [r.replica_id if r else None for _, r in slots.assign([report("b")])] == [None, "b"]
+    with pytest.raises(WorkerCrashedError, match="Replica 0 is not running"):
+        slots.replica_of(0)
+    assert [r.replica_id if r else None for _, r in slots.assign([report("b"), report("c")])] == ["c", "b"]
+    with pytest.raises(InvalidSettingError, match="no replica 2"):
+        slots.replica_of(2)
+
+
+def engine_status_of() -> EngineStatus:
+    return engine_status([missing_worker(0, "ready")], 0, JobCounters())
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--replicas", "2"], "--ray"),
+        (["--ray", "--autoscale", "3:1"], "MIN:MAX"),
+        (["--ray", "--detach"], "--address"),
+    ],
+)
+def test_serve_refuses_what_it_cannot_do_in_one_sentence(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    assert exit_info.value.code == 2 and words in capsys.readouterr().err
