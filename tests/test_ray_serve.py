@@ -82,7 +82,7 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayStudio]:
     try:
         deploy(settings, options)
         url = f"http://127.0.0.1:{settings.port}"
-        wait_for(lambda: healthy(url, 2), 180, "two ready replicas")
+        wait_for(lambda: healthy(url, 2), 300, "two ready replicas")
         yield RayStudio(url, outputs, gate)
     finally:
         undeploy(options)
@@ -227,7 +227,7 @@ def test_a_replica_killed_mid_request_fails_that_request_alone_and_serve_brings_
     new = [seed for seed in history_seeds(studio.outputs) if seed not in seeds_before]
     assert sorted(new) == sorted(str(seed) for seed in codes if seed not in failed)
     replaced = lambda: victim.replica_id not in {r.replica_id for r in reports()} and healthy(studio.url, 2)  # noqa: E731
-    wait_for(replaced, 120, "the killed replica replaced by a new one")
+    wait_for(replaced, 300, "the killed replica replaced by a new one")
 
 
 def test_history_and_saved_voices_survive_the_ingress_replica(studio: RayStudio, http: httpx.Client) -> None:
@@ -237,7 +237,7 @@ def test_history_and_saved_voices_survive_the_ingress_replica(studio: RayStudio,
     assert len(ingress) == 1
     entry = ingress[0]
     ray.kill(ray.get_actor(entry["name"], namespace=entry["namespace"]), no_restart=True)
-    wait_for(lambda: healthy(studio.url, 2), 120, "a new ingress replica")
+    wait_for(lambda: healthy(studio.url, 2), 300, "a new ingress replica")
     after = {v["name"] for v in httpx.get(f"{studio.url}/v1/audio/voices", timeout=30).json()["data"]}
     assert {"Ann", "Bob"} <= voices == after
     response = httpx.post(f"{studio.url}/v1/audio/speech", json={"input": "Still here.", "seed": 401}, timeout=120)
@@ -267,7 +267,7 @@ def engine_status_of() -> EngineStatus:
     ("argv", "words"),
     [
         (["--replicas", "2"], "--ray"),
-        (["--ray", "--autoscale", "3:1"], "MIN:MAX"),
+        (["--ray", "--replicas", "0"], "at least 1"),
         (["--ray", "--detach"], "--address"),
     ],
 )

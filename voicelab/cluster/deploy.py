@@ -1,6 +1,6 @@
 """``python -m voicelab serve --ray``: VoiceLab as one Ray Serve application on a local or a running cluster.
 
-    python -m voicelab serve --ray [--address auto|ray://HOST:10001] [--replicas N | --autoscale MIN:MAX]
+    python -m voicelab serve --ray [--address auto|ray://HOST:10001] [--replicas N]
         [--gpus-per-replica 1] [--cpus-per-replica 1] [app.py's flags: --backend, --outputs-dir, --port, ...]
 
 Two deployments: ``EngineReplica`` (one VoiceLab engine each, ``num_gpus`` per replica, routed by voice) and
@@ -45,13 +45,12 @@ class ClusterOptions:
     """Where and how wide to deploy.
 
     address: "" starts a local cluster in this process; "auto" joins the one running on this machine;
-    "ray://HOST:10001" a remote one. replicas: a fixed count; autoscale: (min, max) replicas instead, scaled by
-    Serve on ongoing requests. gpus_per_replica / cpus_per_replica: each replica's Ray resources.
+    "ray://HOST:10001" a remote one. replicas: how many engine replicas. gpus_per_replica / cpus_per_replica:
+    each replica's Ray resources.
     """
 
     address: str = ""
     replicas: int = 1
-    autoscale: tuple[int, int] | None = None
     gpus_per_replica: float = 0.0
     cpus_per_replica: float = 1.0
     app_name: str = "voicelab"
@@ -62,7 +61,7 @@ class ClusterOptions:
     @property
     def slots(self) -> int:
         """Replica tabs in the panel: the most replicas there can be."""
-        return self.autoscale[1] if self.autoscale else self.replicas
+        return self.replicas
 
 
 def replica_settings(settings: Settings, options: ClusterOptions) -> Settings:
@@ -73,10 +72,6 @@ def replica_settings(settings: Settings, options: ClusterOptions) -> Settings:
 
 def build_application(settings: Settings, options: ClusterOptions, dashboard_url: str = "") -> Any:
     """The ingress bound to the engine deployment (an ``Application`` for ``serve.run``)."""
-    scale: dict[str, Any] = {"num_replicas": options.replicas}
-    if options.autoscale is not None:
-        low, high = options.autoscale
-        scale = {"autoscaling_config": {"min_replicas": low, "max_replicas": high, "target_ongoing_requests": 1}}
     engines = serve.deployment(EngineReplica).options(  # type: ignore[attr-defined]
         name="EngineReplica",
         max_ongoing_requests=JOBS_PER_REPLICA,
@@ -85,7 +80,7 @@ def build_application(settings: Settings, options: ClusterOptions, dashboard_url
         request_router_config={"request_router_class": ROUTER},
         health_check_period_s=2.0,
         graceful_shutdown_timeout_s=15.0,
-        **scale,
+        num_replicas=options.replicas,
     )
     ingress = serve.deployment(serve.ingress()(StudioIngress)).options(  # type: ignore[attr-defined]
         name="StudioIngress", num_replicas=1, max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0}
@@ -141,20 +136,11 @@ def undeploy(options: ClusterOptions) -> None:
         ray.kill(ray.get_actor(board_name(options.app_name), namespace=NAMESPACE))
 
 
-def parse_autoscale(text: str) -> tuple[int, int]:
-    low, sep, high = text.partition(":")
-    if not sep or not low.isdigit() or not high.isdigit() or not 1 <= int(low) <= int(high):
-        raise argparse.ArgumentTypeError("--autoscale takes MIN:MAX replicas, e.g. 1:4")
-    return int(low), int(high)
-
-
 def parse_args(argv: Sequence[str] | None) -> tuple[Settings, ClusterOptions, bool]:
     parser = argparse.ArgumentParser(prog="python -m voicelab serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ray", action="store_true", required=True, help="serve on Ray Serve (required)")
     parser.add_argument("--address", default="", help="a running cluster (auto, ray://HOST:10001); none: local")
-    width = parser.add_mutually_exclusive_group()
-    width.add_argument("--replicas", type=int, default=1, help="engine replicas (fixed)")
-    width.add_argument("--autoscale", type=parse_autoscale, default=None, metavar="MIN:MAX", help="replicas, scaled")
+    parser.add_argument("--replicas", type=int, default=1, help="engine replicas")
     parser.add_argument("--gpus-per-replica", type=float, default=0.0, help="GPUs each replica holds (0: CPU)")
     parser.add_argument("--cpus-per-replica", type=float, default=1.0, help="CPUs each replica holds")
     parser.add_argument("--app-name", default="voicelab", help="the Serve application's name")
@@ -165,7 +151,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, ClusterOptions, bo
         parser.error("--replicas must be at least 1")
     if args.detach and not args.address:
         parser.error("--detach needs --address: a local cluster stops with this process")
-    options = ClusterOptions(args.address, args.replicas, args.autoscale, args.gpus_per_replica,
+    options = ClusterOptions(args.address, args.replicas, args.gpus_per_replica,
                              args.cpus_per_replica, args.app_name)  # fmt: skip
     return from_arguments(args), options, bool(args.detach)
 
