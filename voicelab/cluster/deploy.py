@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 JOBS_PER_REPLICA = 2  # one on the worker, one waiting on the replica so the worker never idles between jobs
 READY = "VOICELAB READY"
+LOCAL_START_TRIES = 3
 ROUTER = "voicelab.cluster.router:VoiceRouter"  # Serve imports it in every process that routes
 
 
@@ -96,12 +97,22 @@ def connect(options: ClusterOptions) -> str:
     env = {"PYTHONPATH": os.pathsep.join(p for p in here if p), "GRADIO_ANALYTICS_ENABLED": "False"}
     kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "namespace": NAMESPACE}
     kwargs["log_to_driver"] = options.replica_logs
-    if options.address:
-        context = ray.init(address=options.address, **kwargs)
-    else:
-        context = ray.init(num_cpus=options.local_cpus, include_dashboard=options.dashboard,
-                           object_store_memory=200 * 2**20, **kwargs)  # fmt: skip
+    context = ray.init(address=options.address, **kwargs) if options.address else start_local(options, kwargs)
     return str(getattr(context, "dashboard_url", "") or "")
+
+
+def start_local(options: ClusterOptions, kwargs: dict[str, Any]) -> Any:
+    """A local cluster; tried again when its raylet took longer than Ray's fixed 30 s to register (a loaded CPU)."""
+    for attempt in range(1, LOCAL_START_TRIES + 1):
+        try:
+            return ray.init(num_cpus=options.local_cpus, include_dashboard=options.dashboard,
+                            object_store_memory=200 * 2**20, **kwargs)  # fmt: skip
+        except Exception as exc:  # Ray raises a bare Exception for this one
+            if "timed out during startup" not in str(exc) or attempt == LOCAL_START_TRIES:
+                raise
+            log.warning("the local Ray cluster was slow to start (%s); trying again", exc)
+            ray.shutdown()
+    raise AssertionError("unreachable")
 
 
 def deploy(settings: Settings, options: ClusterOptions, dashboard_url: str = "") -> DeploymentHandle:
