@@ -182,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # no -h of their own: ``bench soak --help`` reaches the benchmark's parser, which lists its flags
     bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios", add_help=False)
     bench.add_argument("name", choices=sorted(BENCHMARKS))
+    # ``serve --ray``: the studio and API as a Ray Serve application (voicelab.cluster.deploy lists its flags)
+    sub.add_parser("serve", help="serve the studio and API on a Ray cluster (--ray)", add_help=False)
     evaluate = sub.add_parser("eval", help="evaluations", add_help=False)
     evaluate.add_argument("name", choices=sorted(EVALUATIONS))
     args, rest = parser.parse_known_args(argv)
@@ -195,6 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if rest:
                 parser.error(f"unrecognized arguments: {' '.join(rest)}")
             return _run_keys(args)
+        if args.command == "serve":
+            from voicelab.cluster.deploy import main as serve_main
+
+            return serve_main(rest)
         table = BENCHMARKS if args.command == "bench" else EVALUATIONS
         return _delegate(table, args.name, rest)
     except VoiceLabError as exc:

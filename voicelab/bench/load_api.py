@@ -2,6 +2,7 @@
 
     python -m voicelab bench load --api [--url http://127.0.0.1:7860] [--api-key KEY] [--clients 1,8,16]
         [--format pcm] [--chars 188] [--voice NAME] [--app-args "--backend-options decode_slots=16"] ...
+    python -m voicelab bench load --ray --replicas 1,2 ...   (requests/s of 1 vs 2 Ray Serve replicas: load_ray)
 
 The same run as ``bench load`` (``voicelab.bench.load``; the same flags, report and verdict) with API clients
 instead of browser sessions, once per client count (each for ``--duration``, one server, after one unmeasured
@@ -209,7 +210,11 @@ def first_byte_rows(reports: Sequence[LoadReport], counts: Sequence[int]) -> lis
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``bench load``: browser sessions by default, API clients with ``--api``."""
+    """``bench load``: browser sessions by default, API clients with ``--api``, replicas on Ray with ``--ray``."""
+    if argv is not None and "--ray" in argv:
+        from voicelab.bench.load_ray import main as ray_main
+
+        return ray_main([arg for arg in argv if arg != "--ray"])
     args = parse_args(argv)
     target = args.url or f"app.py ({args.backend})"
     mode = "API clients" if args.api else "clients"

@@ -63,6 +63,8 @@ class WorkerStatus:
     model_loaded: bool
     uptime_s: float | None
     graphs: tuple[GraphBucket, ...] = ()  # this worker's CUDA graph buckets (from its heartbeats)
+    name: str = ""  # what the panel calls it when its device alone does not say (a Ray Serve replica)
+    vram: tuple[int, int] | None = None  # (used, total) bytes of its GPU, measured where it runs (another node)
 
     @property
     def ready(self) -> bool:
@@ -70,7 +72,9 @@ class WorkerStatus:
 
     @property
     def label(self) -> str:
-        """ "cuda:1", or "cpu #1" where one device name runs several workers."""
+        """ "cuda:1", or "cpu #1" where one device name runs several workers; a replica's own name."""
+        if self.name:
+            return self.name
         return self.device if self.device.startswith("cuda:") else f"{self.device} #{self.index}"
 
 
@@ -96,6 +100,7 @@ class EngineStatus:
     workers: tuple[WorkerStatus, ...] = ()
     speed: JobSpeed | None = None
     graphs: tuple[GraphBucket, ...] = ()
+    dashboard_url: str = ""  # the cluster's own dashboard, when the engine's workers are Ray Serve replicas
 
 
 @dataclass(frozen=True)

@@ -47,20 +47,24 @@ class DevicePanel:
             self._nvml[index] = NvmlSampler(index)
         return self._nvml[index]
 
+    def _local_vram(self, worker: WorkerStatus) -> tuple[int, int] | None:
+        gpu = self._gpu(worker.device)
+        figures = gpu.sample((worker.pid,) if worker.pid else ()) if gpu is not None else None
+        return (figures.used, figures.total) if figures is not None else None
+
     def gauges(self) -> list[str]:
         """One HTML block per worker, in order."""
         return [self._worker_html(worker) for worker in self.engine.status().workers]
 
     def _worker_html(self, worker: WorkerStatus) -> str:
         bars: list[str] = []
-        gpu = self._gpu(worker.device)
-        figures = gpu.sample((worker.pid,) if worker.pid else ()) if gpu is not None else None
-        if figures is not None:
-            used = f"{format_bytes(figures.used)} / {format_bytes(figures.total)}"
-            bars.append(_gauge("device memory", used, figures.used / figures.total))
+        vram = worker.vram if worker.name else self._local_vram(worker)  # a named replica measured its own GPU
+        if vram is not None:
+            used = f"{format_bytes(vram[0])} / {format_bytes(vram[1])}"
+            bars.append(_gauge("device memory", used, vram[0] / vram[1]))
         stats = worker.last_stats
         if stats is not None:
-            share = stats.reserved / figures.total if figures else None
+            share = stats.reserved / vram[1] if vram else None
             alloc = f"{format_bytes(stats.allocated)} allocated / {format_bytes(stats.reserved)} reserved"
             bars.append(_gauge("PyTorch", alloc, share))
             bars.append(_gauge("fragmentation", format_percent(stats.fragmentation, 1), stats.fragmentation))
@@ -110,7 +114,9 @@ def device_tabs(engine: Engine) -> tuple[DeviceView, ...]:
     workers = engine.status().workers
     if len(workers) < 2:
         return ()
-    gr.Markdown("#### Devices\nClean cache and Soft restart above act on every device; these act on one.")
+    status = engine.status()
+    dashboard = f" The cluster's own view: [Ray dashboard]({status.dashboard_url})." if status.dashboard_url else ""
+    gr.Markdown(f"#### Devices\nClean cache and Soft restart above act on every device; these act on one.{dashboard}")
     views = []
     with gr.Tabs(elem_id="panel-devices"):
         for worker in workers:
