@@ -28,7 +28,7 @@ Apply = Callable[..., np.ndarray]
 
 @pytest.fixture(params=dsp.RENDERERS)
 def apply(request: pytest.FixtureRequest) -> Apply:
-    """``apply_transform`` through each renderer: WORLD (CPU) and the PyTorch one (any device)."""
+    """``apply_transform`` through each renderer: WORLD (CPU), the STFT and the mel (HiFi-GAN) ones (any device)."""
     return functools.partial(apply_transform, renderer=request.param)
 
 

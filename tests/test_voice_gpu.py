@@ -1,6 +1,6 @@
 """Voice matching and styling on the device, on a real NVIDIA GPU (skipped without CUDA).
 
-The PyTorch renderer and the batched scoring on CUDA give what they give on the CPU, a batch of different
+The PyTorch and mel renderers and the batched scoring on CUDA give what they give on the CPU, a batch of different
 transforms equals each row run alone, and a cloned request through the worker matches on the device.
 """
 
@@ -45,6 +45,14 @@ def test_the_torch_renderer_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int
         assert np.corrcoef(cpu, gpu)[0, 1] > 0.99
     out = apply_transform(audio, sr, TRANSFORMS[0], "cuda", "torch")
     assert f0_median_hz(out, sr) == pytest.approx(190.0, rel=0.05)
+
+
+def test_the_mel_renderer_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int]) -> None:
+    audio, sr = speech
+    cpu = apply_transform(audio, sr, TRANSFORMS[0], "cpu", "mel")
+    gpu = apply_transform(audio, sr, TRANSFORMS[0], "cuda", "mel")
+    assert np.corrcoef(cpu, gpu)[0, 1] > 0.99
+    assert f0_median_hz(gpu, sr) == pytest.approx(190.0, rel=0.05)
 
 
 def test_a_batch_equals_each_row_alone(speech: tuple[np.ndarray, int]) -> None:

@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, str] = {
     "cosyvoice": "voicelab.bench.cosyvoice",
     "mandarin_rtf": "voicelab.bench.mandarin_rtf",  # the Mandarin voice: PyTorch vs the TFLite reference
     "throughput": "voicelab.bench.throughput",  # concurrent clients, micro-batched vs one job at a time
+    "renderers": "voicelab.bench.renderers",  # the voice renderers side by side on one utterance
 }
 EVALUATIONS: dict[str, str] = {
     "clone": "voicelab.eval.clone",

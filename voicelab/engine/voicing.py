@@ -143,8 +143,10 @@ def style_transform(adjust: StyleAdjust) -> VoiceTransform:
 
 
 def resolve_renderer(name: str, device: str) -> str:
-    """``auto``: WORLD on every device for now: it scores higher similarity (ECAPA +0.008 vs -0.006, GE2E +0.166 vs
-    +0.118 on the test prompts, 2026-12-03, docs/benchmarks.md), and the PyTorch renderer is the opt-in speed path."""
+    """``auto``: WORLD on every device for now: it scores higher similarity than the STFT renderer (ECAPA +0.008 vs
+    -0.006, GE2E +0.166 vs +0.118 on the test prompts, 2026-12-03, docs/benchmarks.md); the STFT and mel (HiFi-GAN)
+    renderers are the opt-in device paths until one is measured to match it (the mel renderer's evaluation is not
+    complete: docs/benchmarks.md)."""
     if name == "auto":
         return "world"
     if name not in RENDERERS:

@@ -227,7 +227,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--texts", default=None, help="file with one text per line, in the first language")
     parser.add_argument("--device", default="cpu", help="device for the encoders, transform and scoring")
     parser.add_argument(
-        "--renderer", choices=(*RENDERERS, "both"), default="both", help="voice renderer(s) to evaluate, one table each"
+        "--renderer", choices=(*RENDERERS, "all"), default="all", help="voice renderer(s) to evaluate, one table each"
     )
     parser.add_argument("--threads", type=int, default=1, help="PyTorch CPU threads (1 is fastest on a busy CPU)")
     parser.add_argument(
@@ -259,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     synthesize = SYNTHESIZERS[args.runtime](args.device)
     judges = Judges(SpeakerEncoder(args.device), EcapaJudge(args.device), WhisperJudge(threads=max(1, args.threads)))
-    for renderer in RENDERERS if args.renderer == "both" else (args.renderer,):
+    for renderer in RENDERERS if args.renderer == "all" else (args.renderer,):
         report = evaluate(
             args.prompts, texts, synthesize, judges, renderer=renderer, on_transcript=args.calibrate_on_transcript
         )

@@ -1,8 +1,9 @@
 """Signal-level voice transforms, a batch at a time: pitch level and range, formants, whisper, EQ, loudness.
 
-Two renderers move pitch and formants: ``torch`` (``voice.spectral``: STFT, cepstral envelope, phase-vocoder
-stretch and resampling, on the caller's device, under inference mode) and ``world`` (WORLD resynthesis on the
-CPU, ``voice.world_render``). Loudness and the peak limiter run in PyTorch for both.
+Three renderers move pitch and formants: ``torch`` (``voice.spectral``: STFT, cepstral envelope, phase-vocoder
+stretch and resampling, on the caller's device, under inference mode), ``mel`` (``voice.mel_render``: the same
+source-filter split on the vocoder's spectrogram, re-voiced by HiFi-GAN on the caller's device) and ``world``
+(WORLD resynthesis on the CPU, ``voice.world_render``). Loudness and the peak limiter run in PyTorch for all.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from voicelab.voice import spectral, world_render
+from voicelab.voice import mel_render, spectral, world_render
+from voicelab.voice.mel import MEL_RATE
 from voicelab.voice.transform import EQ_LIMIT_DB, VoiceTransform, eq_curve_db
 
 __all__ = ["EQ_LIMIT_DB", "RENDERERS", "VoiceTransform", "apply_transform", "apply_transforms", "transform_batch"]
 
-RENDERERS = ("torch", "world")  # world: WORLD on the CPU (numpy); torch: voice.spectral on the device
+# world: WORLD on the CPU (numpy); torch: voice.spectral on the device; mel: voice.mel_render (HiFi-GAN) on the device
+RENDERERS = ("torch", "world", "mel")
 PEAK_CEILING = 0.97
 LIMITER_WINDOW_S = 0.005
 _MIN_MOVE_S = 0.1  # shorter pieces are only equalised and levelled
@@ -94,6 +97,8 @@ def transform_batch(
         level = active_rms_db(x, lengths, sr)
         if renderer == "world":
             out = _world_batch(x, lengths, sr, transforms)
+        elif renderer == "mel":
+            out = _mel_batch(x, lengths, sr, transforms, seed)
         else:
             out = _torch_batch(x, lengths, sr, transforms, seed, analysis)
         inside = torch.arange(x.shape[-1], device=x.device).unsqueeze(0) < lengths.unsqueeze(-1)
@@ -117,6 +122,30 @@ def _torch_batch(
         **{**controls.__dict__, "moves_pitch": controls.moves_pitch & ~short, "whisper": controls.whisper & ~short}
     )
     return spectral.render(analysis or spectral.analyse(x, lengths, sr), controls, seed)[:, : x.shape[-1]]
+
+
+def _mel_batch(
+    x: torch.Tensor, lengths: torch.Tensor, sr: int, transforms: Sequence[VoiceTransform], seed: int
+) -> torch.Tensor:
+    """Rows that move pitch or formants through HiFi-GAN; the rest (EQ only, whispers, pieces under 0.1 s) through
+    the STFT renderer, which keeps their own phases (a whisper has no harmonics to move)."""
+    vocoded = [
+        row
+        for row, (n, t) in enumerate(zip(lengths.tolist(), transforms, strict=True))
+        if t.moves_pitch and not t.whisper and n >= _MIN_MOVE_S * sr
+    ]
+    rest = [row for row in range(len(transforms)) if row not in vocoded]
+    out = torch.zeros_like(x)
+    if rest:
+        index = torch.tensor(rest, device=x.device)
+        out[index] = _torch_batch(x[index], lengths[index], sr, [transforms[r] for r in rest], seed, None)
+    if vocoded:
+        index = torch.tensor(vocoded, device=x.device)
+        rows = x[index][:, : int(lengths[index].max())]
+        controls = controls_for([transforms[r] for r in vocoded], MEL_RATE, x.device)
+        moved = mel_render.render(rows, sr, controls, mel_render.vocoder_on(str(x.device)))
+        out[index, : moved.shape[-1]] = moved
+    return out
 
 
 def _world_batch(x: torch.Tensor, lengths: torch.Tensor, sr: int, transforms: Sequence[VoiceTransform]) -> torch.Tensor:

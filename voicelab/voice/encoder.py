@@ -54,10 +54,12 @@ def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
     return np.where(mel >= min_log_mel, min_log_hz * np.exp(logstep * (mel - min_log_mel)), f_sp * mel)
 
 
-def mel_filterbank(sr: int, n_fft: int, n_mels: int) -> np.ndarray:
-    """Triangular Slaney-normalised mel filters, shape (n_mels, 1 + n_fft // 2), as librosa.filters.mel."""
+def mel_filterbank(sr: int, n_fft: int, n_mels: int, f_max: float | None = None) -> np.ndarray:
+    """Triangular Slaney-normalised mel filters, shape (n_mels, 1 + n_fft // 2), as librosa.filters.mel (from 0 Hz
+    to ``f_max``, by default half the rate)."""
     fft_freqs = np.linspace(0.0, sr / 2.0, 1 + n_fft // 2)
-    mel_points = _mel_to_hz(np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(sr / 2.0)), n_mels + 2))
+    top = sr / 2.0 if f_max is None else f_max
+    mel_points = _mel_to_hz(np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(top)), n_mels + 2))
     widths = np.diff(mel_points)
     ramps = mel_points[:, None] - fft_freqs[None, :]
     lower = -ramps[:-2] / widths[:-1, None]

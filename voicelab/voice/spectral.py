@@ -114,11 +114,11 @@ def _instantaneous(spec: torch.Tensor, grid: Grid) -> torch.Tensor:
     return omega
 
 
-def pitch_ratio(a: Analysis, c: Controls) -> torch.Tensor:
-    """F0_new / F0 per frame (B, T); unvoiced frames take the utterance's level ratio."""
-    voiced = a.f0 > 0
-    log_f0 = torch.log(a.f0.clamp_min(1.0))
-    centre = torch.log(voiced_median(a.f0).clamp_min(1.0)).unsqueeze(-1)
+def pitch_ratio(f0: torch.Tensor, c: Controls) -> torch.Tensor:
+    """F0_new / F0 per frame (B, T) of a track ``f0`` (B, T); unvoiced frames take the utterance's level ratio."""
+    voiced = f0 > 0
+    log_f0 = torch.log(f0.clamp_min(1.0))
+    centre = torch.log(voiced_median(f0).clamp_min(1.0)).unsqueeze(-1)
     target = torch.log(torch.nan_to_num(c.target_hz, nan=1.0).clamp_min(1.0)).unsqueeze(-1)
     level = torch.where(torch.isnan(c.target_hz).unsqueeze(-1), centre, target)
     level = level + (c.semitones * math.log(2.0) / 12.0).unsqueeze(-1)
@@ -131,7 +131,7 @@ def pitch_ratio(a: Analysis, c: Controls) -> torch.Tensor:
     return torch.exp(smooth)
 
 
-def _lerp(values: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+def lerp_bins(values: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
     """``values`` (B, T, K) read at fractional bin positions (B, T, K), clamped to the last bin."""
     top = values.shape[-1] - 1
     pos = position.clamp(0.0, float(top))
@@ -207,7 +207,7 @@ def render(a: Analysis, c: Controls, seed: int = 0) -> torch.Tensor:
     """The transformed batch (B, N), before loudness; rows that keep pitch and formants keep their phases."""
     grid, (b, t, k) = a.grid, a.spec.shape
     bins = torch.arange(k, device=a.spec.device, dtype=torch.float32)
-    env = _lerp(a.log_env, (bins / c.formant.view(-1, 1, 1)).expand(b, t, k))
+    env = lerp_bins(a.log_env, (bins / c.formant.view(-1, 1, 1)).expand(b, t, k))
     eq = c.eq_db.unsqueeze(1) * (math.log(10.0) / 20.0)
     out = a.spec * torch.exp(eq)
     if bool(c.moves_pitch.any()):
@@ -223,7 +223,7 @@ def _moved(a: Analysis, c: Controls, env: torch.Tensor) -> torch.Tensor:
     """Pitch moved (B, T, K): time-stretch by each frame's ratio, read back at the original rate (pitch and
     formants both move by the ratio), then each frame's envelope replaced by ``env`` (the original, warped)."""
     grid, t = a.grid, a.spec.shape[1]
-    ratio = pitch_ratio(a, c)
+    ratio = pitch_ratio(a.f0, c)
     z, positions = stretch(a, ratio)
     y = resample_back(z, positions, grid, int(a.lengths.max()))
     window = _window(grid, a.spec.device)
