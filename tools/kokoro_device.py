@@ -29,7 +29,7 @@ import torch
 from voicelab.backends.kokoro.fitting import FitSettings, StyleFitter
 from voicelab.backends.kokoro.model import KokoroModel
 from voicelab.backends.kokoro.parity import compare, reference_session
-from voicelab.backends.kokoro.voices import VoicePacks, read_voice_packs
+from voicelab.backends.kokoro.voices import DEFAULT_VOICE, VoicePacks, read_voice_packs
 from voicelab.backends.kokoro.weights import load_kokoro_model, model_bytes
 from voicelab.voice.prompt import PromptAudio
 
@@ -62,7 +62,7 @@ def speak(
     """A text's sentences with ``style`` (or the default pack's row per length), joined by 0.2 s of silence."""
     pieces: list[np.ndarray] = []
     for ids in sentences:
-        ref = style[None] if style is not None else torch.from_numpy(packs.style("jf_alpha", len(ids)))[None]
+        ref = style[None] if style is not None else torch.from_numpy(packs.style(DEFAULT_VOICE, len(ids)))[None]
         with torch.inference_mode():
             tokens = torch.tensor([[0, *ids, 0]], device=device)
             pieces += [model(tokens, ref.to(device)).audio.float().cpu().numpy(), np.zeros(4800, np.float32)]
@@ -100,7 +100,7 @@ def speed_rows(model: KokoroModel, bundle: dict[str, Any], packs: VoicePacks, de
     started = time.perf_counter()
     for text in texts:
         for ids in text:
-            style = packs.style("jf_alpha", len(ids)).reshape(1, 256)
+            style = packs.style(DEFAULT_VOICE, len(ids)).reshape(1, 256)
             feeds = {"tokens": np.array([[0, *ids, 0]]), "style": style, "speed": np.ones(1, np.float32)}
             session.run(None, feeds)
     ort_s = time.perf_counter() - started
@@ -168,9 +168,10 @@ def main() -> None:
     report: dict[str, Any] = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"}
     report |= {"torch": torch.__version__, "load_s": load_s}
     report["parity"] = parity_rows(model, bundle, packs)
-    print(json.dumps(report["parity"], indent=1), flush=True)
+    (args.out / "report.json").write_text(json.dumps(report, indent=1))
     report["speed"] = speed_rows(model, bundle, packs, args.device, args.soak)
     print(report["speed"], flush=True)
+    (args.out / "report.json").write_text(json.dumps(report, indent=1))
     report["fits"] = fit_rows(model, bundle, packs, args.device, args.out, args.steps)
     (args.out / "report.json").write_text(json.dumps(report, indent=1))
 

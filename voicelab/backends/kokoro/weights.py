@@ -89,7 +89,7 @@ def rename(name: str) -> str:
 
 
 class OnnxGraph:
-    """Initializers and nodes of the ONNX file, with helpers that de-quantise a node's weight."""
+    """Initializers and nodes of the ONNX file, and the de-quantised weight of a node."""
 
     def __init__(self, source: Path | bytes) -> None:
         import onnx
