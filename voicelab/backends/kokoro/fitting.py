@@ -47,7 +47,8 @@ class Phonemizer(Protocol):
 class FitSettings:
     """steps: most gradient steps; check_every / patience: held-out checks and how many may fail to improve;
     learning_rate: Adam's, in pack standard deviations; f0_weight / span_weight: the objective's terms;
-    noise: the harmonic source's random phase and noise when speaking (off: as the reference graph)."""
+    noise: the harmonic source's random phase and noise when speaking (off: as the reference graph);
+    start_voices: the packs tried as the start (empty: all of them)."""
 
     steps: int = 60
     check_every: int = 10
@@ -56,6 +57,7 @@ class FitSettings:
     f0_weight: float = 10.0
     span_weight: float = 0.01
     noise: bool = False
+    start_voices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class StyleFitter:
         self.model, self.frontend, self.packs, self.settings = model, frontend, packs, settings
         self.device = torch.device(device)
         self.encoder = SpeakerEncoder(self.device)
+        self.encoder.model.requires_grad_(False)
         self.kernel = resample_filter(self.device)
         _, std = packs.spread()
         self.std = torch.from_numpy(std).to(self.device)
@@ -110,7 +113,7 @@ class StyleFitter:
         held_tokens = self.tokens(HELD_OUT_TEXT)
         starts = {
             name: torch.from_numpy(self.packs.style(name, held_tokens.shape[1] - 2)).to(self.device)
-            for name in self.packs.packs
+            for name in self.settings.start_voices or tuple(self.packs.packs)
         }
         scores = {name: self.similarity(held_tokens, style, target) for name, style in starts.items()}
         start_voice = max(scores, key=lambda name: scores[name])

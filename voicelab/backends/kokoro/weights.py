@@ -200,7 +200,8 @@ def read_kokoro_weights(source: Path | bytes | None = None) -> dict[str, torch.T
 
 
 def load_kokoro_model(device: str) -> KokoroModel:
-    """The installed Kokoro weights, de-quantised and loaded strictly, in eval mode on ``device``."""
+    """The installed Kokoro weights, de-quantised and loaded strictly, in eval mode on ``device``; frozen, so a
+    style fit differentiates toward ref_s alone (and cuDNN's LSTMs are never asked for a backward pass)."""
     model = KokoroModel(KokoroDims())
     load_state_strictly(model, read_kokoro_weights(), "The Kokoro weights do not fit the model")
-    return model.to(device).eval()
+    return model.requires_grad_(False).to(device).eval()
