@@ -2,9 +2,9 @@
 
 ``bundle --prompts DIR --out DIR``: what ``tools.kokoro_device`` needs on a machine without the voice packages
 or espeak: ``bundle.json`` (prompts' median F0 and transcripts, every text as Kokoro token ids), ``prompts.npz``,
-``site-a`` and
-``site-b`` (the model parts, voice packs and GE2E weights (float16) laid out as the packages are), split in two so
-each half fits one transfer; ``site-b`` also holds an empty ``parselmouth`` module (Praat is not needed there).
+``site-a`` and ``site-b`` (the model parts, voice packs and GE2E weights in float16, laid out as the packages
+are), split in two so each half fits one transfer; ``site-b`` also holds an empty ``parselmouth`` module (Praat
+is not needed there).
 
 ``judge --prompts DIR --results DIR``: for every prompt, the evaluation texts spoken by the starting pack (base)
 and the fitted voice, judged here: ECAPA (``judges.ecapa``, never read by the fit) and GE2E similarity to the
