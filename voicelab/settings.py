@@ -110,7 +110,8 @@ def from_environment(base: Settings | None = None, environ: dict[str, str] | Non
 HELP = {
     "host": "address to listen on; keep 127.0.0.1 unless --auth is set",
     "port": "port to listen on",
-    "backend": "builtin (English + Chinese), piper, mandarin, cosyvoice (optional install) or module:factory",
+    "backend": "builtin (English + Chinese), piper, mandarin, kokoro (fitted to each prompt), "
+    "cosyvoice (optional install) or module:factory",
     "voice_path": "another Piper voice .onnx (its .onnx.json beside it)",
     "model_dir": "a model directory, for backends that load one",
     "cosyvoice_dir": "--backend cosyvoice: a CosyVoice2/3 model directory (weights or a random_model output)",

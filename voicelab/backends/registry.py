@@ -19,6 +19,7 @@ BACKENDS: dict[str, str] = {
     "builtin": "voicelab.backends.builtin.backend:create",  # English + Mandarin, routed by script (the default)
     "piper": "voicelab.backends.piper.backend:create",  # a Piper voice alone (English by default)
     "mandarin": "voicelab.backends.mandarin.backend:create",  # the Mandarin voice alone
+    "kokoro": "voicelab.backends.kokoro.backend:create",  # Kokoro-82M fitted to each prompt (English) + Mandarin
     "cosyvoice": "voicelab.backends.cosyvoice.backend:create",  # optional install: requirements-cosyvoice.txt
 }
 # Optional: a torch-free "module:function" saying what is missing to start a backend (see ``preflight``).

@@ -1,0 +1,91 @@
+"""Kokoro-82M in our PyTorch: parity with the int8 ONNX graph, what Whisper hears, and a voice fitted to a prompt."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.judges import assert_heard
+from voicelab.backends.base import SpeechRequest
+from voicelab.backends.kokoro.backend import KokoroBackend, KokoroVoices, create
+from voicelab.backends.kokoro.config import KokoroDims
+from voicelab.backends.kokoro.fitting import FitSettings
+from voicelab.backends.kokoro.frontend import kokoro_phonemes, read_vocab, split_long
+from voicelab.backends.kokoro.model import KokoroModel
+from voicelab.backends.kokoro.parity import compare, reference_session
+from voicelab.backends.kokoro.weights import model_bytes, read_kokoro_weights
+from voicelab.backends.strict_loading import load_state_strictly
+from voicelab.errors import BackendLoadError
+from voicelab.settings import Settings
+from voicelab.voice.intake import load_prompt
+
+DATA = Path(__file__).parent / "data"
+TEXT = "The birch canoe slid on the smooth planks."
+
+
+@pytest.fixture(scope="module")
+def backend() -> KokoroBackend:
+    torch.set_num_threads(1)
+    voice = KokoroBackend(FitSettings(steps=2, check_every=2, patience=1, start_voices=("jm_kumo",)))
+    voice.load("cpu", "float32")
+    return voice
+
+
+def test_ipa_is_mapped_onto_kokoros_symbols() -> None:
+    vocab = read_vocab()
+    assert kokoro_phonemes("h\u0259l\u02c8o\u028a", vocab) == "h\u0259l\u02c8O"  # oʊ is one symbol
+    assert kokoro_phonemes("t\u0283\u025a\u0361", vocab) == "\u02a7\u0259\u0279"  # tʃ joined, ɚ spelled, tie dropped
+    assert split_long("ab cd ef", limit=5) == ["ab", "cd ef"]
+
+
+def test_the_weights_load_strictly_and_a_missing_tensor_is_named(backend: KokoroBackend) -> None:
+    tensors = read_kokoro_weights()
+    tensors.pop("decoder.generator.conv_post.weight")
+    with pytest.raises(BackendLoadError, match=re.escape("decoder.generator.conv_post.weight")):
+        load_state_strictly(KokoroModel(KokoroDims()), tensors, "The Kokoro weights do not fit the model")
+
+
+def test_parity_with_onnxruntime_stage_by_stage(backend: KokoroBackend) -> None:
+    sentence = backend.frontend.sentences(TEXT)[0]
+    style = backend.packs.style("jm_kumo", len(sentence.ids))
+    report = compare(backend.model, reference_session(model_bytes()), list(sentence.ids), style)
+    assert report.frames.max_error <= 1 and report.frames.correlation > 0.99
+    assert report.f0.correlation > 0.999 and report.energy.correlation > 0.999
+    assert report.waveform.correlation > 0.85, report
+    assert report.log_spectrogram.correlation > 0.85, report
+
+
+def test_whisper_hears_the_text_in_two_sentences(backend: KokoroBackend) -> None:
+    text = f"{TEXT} Glue the sheet to the dark blue background."
+    chunks = list(backend.synthesize(SpeechRequest(text=text, language="en", sentence_silence_s=0.3)))
+    assert len(chunks) == 2 and all(c.sample_rate == 24000 for c in chunks)
+    assert np.all(chunks[1].audio[: round(0.3 * 24000)] == 0)  # the sentence silence opens the second chunk
+    assert_heard(text, np.concatenate([c.audio for c in chunks]), 24000, "en", bound=0.2)
+
+
+def test_speed_shortens_the_speech(backend: KokoroBackend) -> None:
+    plain = next(backend.synthesize(SpeechRequest(text=TEXT, language="en")))
+    fast = next(backend.synthesize(SpeechRequest(text=TEXT, language="en", speed=1.5)))
+    assert 0.55 < fast.duration_s / plain.duration_s < 0.8
+
+
+def test_a_fitted_voice_moves_toward_the_prompt_and_is_kept(
+    backend: KokoroBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    prompt = load_prompt(DATA / "librivox_en_male.wav")
+    with caplog.at_level(logging.INFO, logger="voicelab.backends.kokoro.fitting"):
+        fitted = backend.fitted_voice(prompt)
+    assert "fitting voice: step 1 of 2" in caplog.text and "fitting voice: step 2 of 2" in caplog.text
+    assert fitted.ge2e_fitted >= fitted.ge2e_start  # the held-out check keeps the best step (the start included)
+    assert backend.fitted_voice(prompt) is fitted  # kept: a later request with this prompt does not fit again
+
+
+def test_the_registry_names_kokoro_with_the_mandarin_voice_for_chinese() -> None:
+    voices = create(Settings(backend="kokoro"))
+    assert isinstance(voices, KokoroVoices)
+    assert voices.capabilities.native_cloning and voices.capabilities.languages == ("en", "zh")

@@ -1,0 +1,196 @@
+"""Fitting Kokoro's style vector (ref_s, 256-d) to a prompt clip by gradient descent through our PyTorch model.
+
+Objective (never the ECAPA judge): 1 - GE2E cosine to the prompt (``ge2e_grad``), plus the squared log ratio
+of the model's own predicted F0 (voiced frames) to the prompt's median F0, plus a pull toward the voice packs'
+span (the change measured in the packs' per-dimension standard deviations). Durations are held at those of the
+starting voice while it fits. Start: the pack whose voice is nearest the prompt in GE2E. Stop: the best step by
+a held-out sentence the fit never speaks, checked every few steps, with patience.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import torch
+from scipy.signal import resample_poly
+
+from voicelab.backends.kokoro.ge2e_grad import ge2e_embedding, resample_filter, to_16k
+from voicelab.backends.kokoro.model import Alignment, KokoroModel
+from voicelab.backends.kokoro.voices import VoicePacks
+from voicelab.voice.encoder import SpeakerEncoder
+from voicelab.voice.prompt import PromptAudio
+
+logger = logging.getLogger(__name__)
+FIT_TEXT = "The boy was there when the sun rose, and she had your dark suit in greasy wash water."
+WINDOW_FRAMES = 96  # each step decodes 2.4 s of the fit sentence (a window moving along it): GE2E needs 1.6 s
+HELD_OUT_TEXT = "Glue the sheet to the dark blue background, then open the window."
+Progress = Callable[[int, int], None]
+
+
+class HasIds(Protocol):
+    @property
+    def ids(self) -> tuple[int, ...]: ...
+
+
+class Phonemizer(Protocol):
+    """What the fit needs of a frontend: sentences with token ids (``KokoroFrontend`` is one)."""
+
+    def sentences(self, text: str) -> Sequence[HasIds]: ...
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """steps: most gradient steps; check_every / patience: held-out checks and how many may fail to improve;
+    learning_rate: Adam's, in pack standard deviations; f0_weight / span_weight: the objective's terms;
+    noise: the harmonic source's random phase and noise when speaking (off: as the reference graph);
+    start_voices: the packs tried as the start (empty: all of them)."""
+
+    steps: int = 60
+    check_every: int = 10
+    patience: int = 2
+    learning_rate: float = 0.08
+    f0_weight: float = 10.0
+    span_weight: float = 0.01
+    noise: bool = False
+    start_voices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FittedVoice:
+    """The fitted ref_s [256] (CPU), the pack it started from, GE2E on the held-out sentence before and after,
+    the steps taken and the seconds the fit took."""
+
+    style: torch.Tensor = field(repr=False)
+    start_voice: str
+    ge2e_start: float
+    ge2e_fitted: float
+    steps: int
+    seconds: float
+
+
+class StyleFitter:
+    """Fits one prompt at a time on the model's device; owns a GE2E encoder there."""
+
+    def __init__(
+        self, model: KokoroModel, frontend: Phonemizer, packs: VoicePacks, device: str, settings: FitSettings
+    ) -> None:
+        self.model, self.frontend, self.packs, self.settings = model, frontend, packs, settings
+        self.device = torch.device(device)
+        self.encoder = SpeakerEncoder(self.device)
+        self.encoder.model.requires_grad_(False)
+        self.kernel = resample_filter(self.device)
+        _, std = packs.spread()
+        self.std = torch.from_numpy(std).to(self.device)
+
+    def tokens(self, text: str) -> torch.Tensor:
+        ids = [i for sentence in self.frontend.sentences(text) for i in sentence.ids]
+        return torch.tensor([[0, *ids[:510], 0]], device=self.device)
+
+    def similarity(self, tokens: torch.Tensor, style: torch.Tensor, target: torch.Tensor) -> float:
+        """GE2E cosine of the voice saying ``tokens`` (durations its own) to the prompt."""
+        with torch.inference_mode():
+            audio = self.model(tokens, style[None]).audio
+            return float(ge2e_embedding(self.encoder, to_16k(audio, self.kernel)) @ target)
+
+    def fit(self, prompt: PromptAudio, progress: Progress | None = None, f0_hz: float | None = None) -> FittedVoice:
+        """The fitted voice for ``prompt`` (``f0_hz``: its median F0 when already measured)."""
+        started = time.perf_counter()
+        samples16k = (
+            resample_poly(prompt.samples, 16000, prompt.sample_rate) if prompt.sample_rate != 16000 else prompt.samples
+        )
+        target = self.encoder.embed(np.asarray(samples16k, np.float32)).clone()  # out of inference mode, for autograd
+        if f0_hz is None:
+            from voicelab.voice.analysis import f0_median_hz  # Praat, only where no F0 was measured yet
+
+            f0_hz = f0_median_hz(prompt.samples, prompt.sample_rate)
+        f0_target = float(f0_hz)
+        fit_tokens = self.tokens(prompt.transcript or FIT_TEXT)
+        held_tokens = self.tokens(HELD_OUT_TEXT)
+        starts = {
+            name: torch.from_numpy(self.packs.style(name, held_tokens.shape[1] - 2)).to(self.device)
+            for name in self.settings.start_voices or tuple(self.packs.packs)
+        }
+        scores = {name: self.similarity(held_tokens, style, target) for name, style in starts.items()}
+        start_voice = max(scores, key=lambda name: scores[name])
+        best = (scores[start_voice], starts[start_voice], 0)
+        steps = self.descend(best[1], fit_tokens, held_tokens, target, f0_target, best, progress)
+        seconds = time.perf_counter() - started
+        logger.info(
+            "fitted voice from %s: GE2E %.3f -> %.3f in %d steps, %.1f s",
+            start_voice,
+            scores[start_voice],
+            steps[0],
+            steps[2],
+            seconds,
+        )
+        return FittedVoice(steps[1].detach().cpu(), start_voice, scores[start_voice], steps[0], steps[2], seconds)
+
+    def descend(
+        self,
+        start: torch.Tensor,
+        fit_tokens: torch.Tensor,
+        held_tokens: torch.Tensor,
+        target: torch.Tensor,
+        f0_target: float,
+        best: tuple[float, torch.Tensor, int],
+        progress: Progress | None,
+    ) -> tuple[float, torch.Tensor, int]:
+        """Adam on the change from ``start`` (in pack standard deviations); returns the best (score, style, step)."""
+        settings = self.settings
+        z = torch.zeros_like(start, requires_grad=True)
+        optimiser = torch.optim.Adam([z], lr=settings.learning_rate)
+        with torch.no_grad():
+            alignment = self.model.align(fit_tokens, start[None])
+        log_f0_target = float(np.log(max(f0_target, 50.0)))
+        misses = 0
+        self.encoder.model.train()  # cuDNN's LSTM backward needs training mode (GE2E has no dropout)
+        try:
+            for step in range(1, settings.steps + 1):
+                style = start + z * self.std
+                window = self.window(alignment, step)
+                loss = self.objective(window, style, target, log_f0_target) + settings.span_weight * z.pow(2).mean()
+                optimiser.zero_grad()
+                loss.backward()
+                optimiser.step()
+                logger.info("fitting voice: step %d of %d", step, settings.steps)
+                if progress is not None:
+                    progress(step, settings.steps)
+                if step % settings.check_every == 0:
+                    candidate = (start + z * self.std).detach()
+                    score = self.similarity(held_tokens, candidate, target)
+                    if score > best[0]:
+                        best, misses = (score, candidate, step), 0
+                    else:
+                        misses += 1
+                        if misses >= settings.patience:
+                            break
+        finally:
+            self.encoder.model.eval()
+        return best
+
+    @staticmethod
+    def window(alignment: Alignment, step: int) -> Alignment:
+        """A WINDOW_FRAMES slice of the aligned features, moving along the sentence from step to step."""
+        total = alignment.asr.shape[2]
+        if total <= WINDOW_FRAMES:
+            return alignment
+        start = (step * 37) % (total - WINDOW_FRAMES + 1)
+        stop = start + WINDOW_FRAMES
+        return Alignment(
+            alignment.frames, alignment.prosody_features[:, :, start:stop], alignment.asr[:, :, start:stop]
+        )
+
+    def objective(self, alignment: Alignment, style: torch.Tensor, target: torch.Tensor, log_f0: float) -> torch.Tensor:
+        """1 - GE2E cosine + f0_weight x (log F0 ratio)^2 for the voice speaking the fit sentence."""
+        prosody = style[None, self.model.dims.style :]
+        f0, energy = self.model.predictor.curves(alignment.prosody_features, prosody)
+        audio = self.model.decoder(alignment.asr, f0, energy, style[None, : self.model.dims.style])[0]
+        embedding = ge2e_embedding(self.encoder, to_16k(audio, self.kernel))
+        voiced = (f0 > 50).float().detach()
+        log_f0_out = (torch.log(f0.clamp_min(1.0)) * voiced).sum() / voiced.sum().clamp_min(1.0)
+        return (1 - embedding @ target) + self.settings.f0_weight * (log_f0_out - log_f0).pow(2)
