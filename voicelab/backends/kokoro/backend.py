@@ -26,6 +26,7 @@ from voicelab.backends.kokoro.model import KokoroModel
 from voicelab.backends.kokoro.voices import DEFAULT_VOICE, VoicePacks, read_voice_packs
 from voicelab.backends.kokoro.weights import load_kokoro_model
 from voicelab.backends.mandarin.backend import MandarinBackend
+from voicelab.backends.torch_device import checked_device
 from voicelab.errors import BackendLoadError, InvalidSettingError
 from voicelab.lru import BoundedLRU
 from voicelab.settings import Settings
@@ -60,12 +61,7 @@ class KokoroBackend:
         """float32 only (the int8 source leaves nothing to gain from half precision in the fit's gradients)."""
         if dtype != "float32":
             raise InvalidSettingError("The Kokoro voice runs in float32 only.")
-        try:
-            target = torch.device(device)
-        except RuntimeError as exc:
-            raise InvalidSettingError(f"Unknown device {device!r}; use cpu or cuda.") from exc
-        if target.type == "cuda" and not torch.cuda.is_available():
-            raise InvalidSettingError("A CUDA GPU was asked for, but PyTorch sees none here; use the CPU instead.")
+        target = checked_device(device)
         self._model = load_kokoro_model(str(target))
         self._fitter = None
         self.device = str(target)

@@ -31,6 +31,7 @@ from voicelab.backends.piper.frontend import PiperFrontend, Sentence
 from voicelab.backends.piper.graphs import VitsGraphs
 from voicelab.backends.piper.model import VitsModel, exact_float32
 from voicelab.backends.piper.weights import load_model
+from voicelab.backends.torch_device import checked_device
 from voicelab.errors import BackendLoadError, InvalidSettingError, VoiceLabError
 from voicelab.settings import Settings
 
@@ -133,12 +134,7 @@ class PiperBackend:
         """Read the weights strictly and move them to ``device``; ``dtype`` is float32, bfloat16 or float16."""
         if dtype not in DTYPES:
             raise InvalidSettingError(f"Unknown dtype {dtype!r}; choose float32, bfloat16 or float16.")
-        try:
-            target = torch.device(device)
-        except RuntimeError as exc:
-            raise InvalidSettingError(f"Unknown device {device!r}; use cpu or cuda.") from exc
-        if target.type == "cuda" and not torch.cuda.is_available():
-            raise InvalidSettingError("A CUDA GPU was asked for, but PyTorch sees none here; use the CPU instead.")
+        target = checked_device(device)
         if target.type == "cpu" and dtype == "float16":
             logger.warning("float16 convolutions are very slow on CPU; using float32 instead")
             dtype = "float32"
