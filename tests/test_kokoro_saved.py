@@ -78,3 +78,11 @@ def test_a_damaged_or_foreign_fitted_file_only_costs_a_new_fit(tmp_path: Path) -
     assert fitted_voice(voice, "kokoro") is None  # fitted to another clip
     store.delete(voice.voice_id)
     assert not voice.fitted_path.exists()
+
+
+def test_eval_clone_for_kokoro_asks_for_the_device_results(tmp_path: Path) -> None:
+    from voicelab.eval.clone import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--prompts", str(DATA), "--backend", "kokoro", "--results", str(tmp_path)])
+    assert exited.value.code == 2  # no report.json there: the message names tools.kokoro_device

@@ -22,7 +22,7 @@ import torch
 from voicelab.backends.base import AudioChunk, Capabilities, FitListener, MemoryGuard, SpeechRequest, run_plainly
 from voicelab.backends.builtin.backend import BuiltinVoices
 from voicelab.backends.kokoro.config import SAMPLE_RATE, STYLE_DIM
-from voicelab.backends.kokoro.fitting import FitSettings, FittedVoice, StyleFitter
+from voicelab.backends.kokoro.fitting import FitSettings, StyleFitter
 from voicelab.backends.kokoro.frontend import KokoroFrontend, KokoroSentence
 from voicelab.backends.kokoro.model import KokoroModel
 from voicelab.backends.kokoro.voices import DEFAULT_VOICE, VoicePacks, read_voice_packs
@@ -93,7 +93,7 @@ class KokoroBackend:
         progress = listener.progress if listener is not None else None
         with torch.inference_mode(False), torch.enable_grad():
             voice = self.fitter().fit(prompt, progress)
-        style = as_profile(voice, prompt.sha256)
+        style = voice.profile(self.name, prompt.sha256)
         if listener is not None:
             listener.fitted(style)
         return style
@@ -159,15 +159,6 @@ class KokoroVoices(BuiltinVoices):
         if spoken and isinstance(english, KokoroBackend):
             request = replace(request, fitted=english.voice_of(request))
         yield from super().synthesize(request, guard)
-
-
-def as_profile(voice: FittedVoice, prompt_sha256: str) -> FittedStyle:
-    """The fitter's result as the typed profile that leaves the backend (a plain vector, torch-free)."""
-    vector = tuple(float(v) for v in voice.style.detach().cpu().reshape(-1).tolist())
-    return FittedStyle(
-        KokoroBackend.name, prompt_sha256, vector, voice.start_voice, voice.ge2e_start, voice.ge2e_fitted,
-        voice.steps, voice.seconds,
-    )  # fmt: skip
 
 
 def fit_settings(settings: Settings) -> FitSettings:
