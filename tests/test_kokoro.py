@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -14,7 +15,7 @@ from tests.judges import assert_heard
 from voicelab.backends.base import SpeechRequest
 from voicelab.backends.kokoro.backend import KokoroBackend, KokoroVoices, create
 from voicelab.backends.kokoro.config import KokoroDims
-from voicelab.backends.kokoro.fitting import FitSettings
+from voicelab.backends.kokoro.fitting import FitSettings, StyleFitter
 from voicelab.backends.kokoro.frontend import kokoro_phonemes, read_vocab, split_long
 from voicelab.backends.kokoro.model import KokoroModel
 from voicelab.backends.kokoro.parity import compare, reference_session
@@ -22,6 +23,7 @@ from voicelab.backends.kokoro.weights import model_bytes, read_kokoro_weights
 from voicelab.backends.strict_loading import load_state_strictly
 from voicelab.errors import BackendLoadError
 from voicelab.settings import Settings
+from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.intake import load_prompt
 
 DATA = Path(__file__).parent / "data"
@@ -74,15 +76,36 @@ def test_speed_shortens_the_speech(backend: KokoroBackend) -> None:
     assert 0.55 < fast.duration_s / plain.duration_s < 0.8
 
 
-def test_a_fitted_voice_moves_toward_the_prompt_and_is_kept(
-    backend: KokoroBackend, caplog: pytest.LogCaptureFixture
+class Listener:
+    """What a FitListener hears: each step and the fitted voice."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[int, int]] = []
+        self.styles: list[FittedStyle] = []
+
+    def progress(self, step: int, total: int) -> None:
+        self.steps.append((step, total))
+
+    def fitted(self, style: FittedStyle) -> None:
+        self.styles.append(style)
+
+
+def test_a_fitted_voice_moves_toward_the_prompt_and_travels_as_data(
+    backend: KokoroBackend, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prompt = load_prompt(DATA / "librivox_en_male.wav")
-    with caplog.at_level(logging.INFO, logger="voicelab.backends.kokoro.fitting"):
-        fitted = backend.fitted_voice(prompt)
+    listener = Listener()
+    with caplog.at_level(logging.INFO, logger="voicelab.backends.kokoro.fitting"), torch.inference_mode():
+        chunks = list(backend.synthesize(SpeechRequest(TEXT, "en", prompt=prompt, on_fit=listener)))
     assert "fitting voice: step 1 of 2" in caplog.text and "fitting voice: step 2 of 2" in caplog.text
+    assert listener.steps == [(1, 2), (2, 2)]  # fitted under the engine's inference mode all the same
+    (fitted,) = listener.styles
     assert fitted.ge2e_fitted >= fitted.ge2e_start  # the held-out check keeps the best step (the start included)
-    assert backend.fitted_voice(prompt) is fitted  # kept: a later request with this prompt does not fit again
+    assert len(fitted.vector) == 256 and fitted.prompt_sha256 == prompt.sha256 and fitted.backend == "kokoro"
+    stored = FittedStyle.from_json(json.loads(json.dumps(fitted.to_json())))
+    monkeypatch.setattr(StyleFitter, "fit", lambda *a, **k: pytest.fail("a carried voice was fitted again"))
+    again = list(backend.synthesize(SpeechRequest(TEXT, "en", prompt=prompt, fitted=stored, on_fit=listener)))
+    assert np.array_equal(again[0].audio, chunks[0].audio) and len(listener.styles) == 1
 
 
 def test_the_registry_names_kokoro_with_the_mandarin_voice_for_chinese() -> None:

@@ -2,9 +2,9 @@
 
 ``bundle --prompts DIR --out DIR``: what ``tools.kokoro_device`` needs on a machine without the voice packages
 or espeak: ``bundle.json`` (prompts' median F0 and transcripts, every text as Kokoro token ids), ``prompts.npz``,
-``site-a`` and ``site-b`` (the model parts, voice packs and GE2E weights in float16, laid out as the packages
-are), split in two so each half fits one transfer; ``site-b`` also holds an empty ``parselmouth`` module (Praat
-is not needed there).
+``site-a`` and ``site-b`` (the model parts gzipped, unpacked by ``kokoro_device`` where they arrive; the voice packs
+and GE2E weights in float16, laid out as the packages are), split in two so each half fits one transfer
+(under ``HALF_LIMIT``); ``site-b`` also holds an empty ``parselmouth`` module (Praat is not needed there).
 
 ``judge --prompts DIR --results DIR``: for every prompt, the evaluation texts spoken by the starting pack (base)
 and the fitted voice, judged here: ECAPA (``judges.ecapa``, never read by the fit) and GE2E similarity to the
@@ -14,7 +14,9 @@ prompt, Whisper's WER, median F0; beside them Piper's unmatched voice on the sam
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,9 @@ from voicelab.backends.kokoro.weights import MODEL_PARTS, VOICE_PACKAGE, package
 from voicelab.eval.clone import EVAL_TEXTS
 from voicelab.voice.encoder import weights_path
 
+log = logging.getLogger(__name__)
 EVAL_COUNT = 8  # Harvard sentence pairs spoken per prompt and voice
+HALF_LIMIT = 45 * 2**20  # one carried half: the device call's 64 MiB less the working tree and some room
 PARITY_TEXTS = (
     "The birch canoe slid on the smooth planks.",
     "It's easy to tell the depth of a well, she said quietly.",
@@ -67,21 +71,37 @@ def bundle(prompts: Path, out: Path) -> None:
     (out / "bundle.json").write_text(json.dumps(payload))
     np.savez(out / "prompts.npz", **samples)  # type: ignore[arg-type]
     lay_out_site(out)
+    halves = {"site-a + bundle.json + prompts.npz": folder_bytes(out) - folder_bytes(out / "site-b")}
+    halves["site-b"] = folder_bytes(out / "site-b")
+    for half, size in halves.items():
+        log.warning("%s: %.1f MiB", half, size / 2**20)
+        if size >= HALF_LIMIT:
+            raise SystemExit(f"{half} is {size / 2**20:.1f} MiB, over the {HALF_LIMIT / 2**20:.0f} MiB of one transfer")
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
 def lay_out_site(out: Path) -> None:
-    """The packages' files as the packages lay them out: parts 1-2 in site-a, the rest in site-b."""
+    """The packages' files as the packages lay them out (the model parts gzipped): parts 1-2 and the voice packs
+    in site-a, parts 3-4, GE2E and the Praat stand-in in site-b (both made afresh)."""
+    for folder_name in ("site-a", "site-b"):
+        shutil.rmtree(out / folder_name, ignore_errors=True)
     for index, name in enumerate(MODEL_PARTS):
         folder = out / ("site-a" if index < 2 else "site-b") / name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "__init__.py").write_text("")
-        shutil.copyfile(package_dir(name) / "part.bin", folder / "part.bin")
-    site = out / "site-b"
+        (folder / "part.bin").unlink(missing_ok=True)  # unpacked again from the gzip where it arrives
+        with gzip.open(folder / "part.bin.gz", "wb", compresslevel=6) as packed:
+            packed.write((package_dir(name) / "part.bin").read_bytes())
+    site = out / "site-a"
     data = site / VOICE_PACKAGE / "data"
     data.mkdir(parents=True, exist_ok=True)
     (site / VOICE_PACKAGE / "__init__.py").write_text("")
     for name in ("model.sha256", "vocab.json", "voices_ja.npz"):
         shutil.copyfile(package_dir(VOICE_PACKAGE) / "data" / name, data / name)
+    site = out / "site-b"
     (site / "resemblyzer").mkdir(exist_ok=True)
     (site / "resemblyzer" / "__init__.py").write_text("")
     checkpoint = torch.load(weights_path(), map_location="cpu", weights_only=True)
@@ -100,12 +120,13 @@ def main() -> None:
     judge.add_argument("--prompts", type=Path, required=True)
     judge.add_argument("--results", type=Path, required=True)
     args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if args.command == "bundle":
         bundle(args.prompts, args.out)
     else:
-        from tools.kokoro_judge import judge_results
+        from voicelab.eval.kokoro import judge_results
 
-        print(judge_results(args.prompts, args.results))
+        print(judge_results(args.prompts, args.results, EVAL_TEXTS["en"]))
 
 
 if __name__ == "__main__":

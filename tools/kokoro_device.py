@@ -7,15 +7,18 @@ the packages are (``--site``, put on ``PYTHONPATH``). This script then, on ``--d
 1. parity with onnxruntime (CPU) on three sentences x two packs, stage by stage (``kokoro.parity``);
 2. real-time factor of plain synthesis (ours on the device, onnxruntime on the CPU), peak memory, and a soak of
    ``--soak`` requests of varied lengths (allocated after each, reserved at the end);
-3. for every prompt: the fit (seconds, steps, GE2E before and after), the time of a request with the fitted
-   voice against one with a pack, and the evaluation texts spoken by the starting pack (base) and the fitted voice
-   (int16 at 24 kHz, one ``.npz`` per prompt, judged later on the CPU by ``kokoro_clone judge``).
+3. for every prompt: the fit (``StyleFitter`` with the backend's settings but ``--steps``: seconds, steps, GE2E
+   before and after), the time of a request with the kept voice (its ``FittedStyle``, as a saved voice carries
+   it: vector to the device, then the sentence) against one with a pack (median of ``--repeats``), and the
+   evaluation texts spoken by the starting pack (base) and the fitted voice (int16 at 24 kHz, one ``.npz`` per
+   prompt, judged later on the CPU by ``python -m voicelab eval clone --backend kokoro --results DIR``).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import json
 import time
 from collections.abc import Callable
@@ -51,6 +54,15 @@ class BundledTexts:
         return [Ids(tuple(ids)) for ids in self.texts[text]]
 
 
+def unpack_site(bundle: Path) -> None:
+    """The model parts arrive gzipped (``kokoro_clone bundle``): unpacked beside themselves, once."""
+    for packed in sorted(bundle.glob("site-*/*/part.bin.gz")):
+        target = packed.with_suffix("")
+        if not target.is_file() or target.stat().st_mtime < packed.stat().st_mtime:
+            with gzip.open(packed, "rb") as source:
+                target.write_bytes(source.read())
+
+
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -75,6 +87,18 @@ def timed(fn: Callable[[], T], device: str) -> tuple[T, float]:
     out = fn()
     synchronize(device)
     return out, time.perf_counter() - started
+
+
+def median_time(fn: Callable[[], object], device: str, repeats: int) -> float:
+    """The median of ``repeats`` timed calls: one request's time, steady against a stray slow call."""
+    return float(np.median([timed(fn, device)[1] for _ in range(max(repeats, 1))]))
+
+
+def speak_kept(
+    model: torch.nn.Module, sentences: list[list[int]], vector: tuple[float, ...], packs: VoicePacks, device: str
+) -> np.ndarray:
+    """A request with a kept voice as the backend serves it: the stored vector to the device, then speech."""
+    return speak(model, sentences, torch.tensor(vector, dtype=torch.float32), packs, device)
 
 
 def parity_rows(model: KokoroModel, bundle: dict[str, Any], packs: VoicePacks) -> list[dict[str, Any]]:
@@ -121,20 +145,21 @@ def speed_rows(model: KokoroModel, bundle: dict[str, Any], packs: VoicePacks, de
 
 
 def fit_rows(
-    model: KokoroModel, bundle: dict[str, Any], packs: VoicePacks, device: str, out: Path, steps: int
+    model: KokoroModel, bundle: dict[str, Any], packs: VoicePacks, device: str, out: Path, steps: int, repeats: int
 ) -> list[dict[str, Any]]:
     texts = BundledTexts(bundle["texts"])
-    fitter = StyleFitter(model, texts, packs, device, FitSettings(steps=steps))
+    fitter = StyleFitter(model, texts, packs, device, FitSettings(steps=steps, check_every=min(10, steps)))
     rows = []
     eval_texts = list(bundle["eval"].values())
     for name, prompt in bundle["prompts"].items():
         samples = bundle["samples"][name]
         audio = PromptAudio(np.asarray(samples, np.float32), prompt["rate"], name, prompt["transcript"])
         fitted, fit_s = timed(functools.partial(fitter.fit, audio, f0_hz=prompt["f0_hz"]), device)
+        kept = fitted.profile("kokoro", name)
         style = fitted.style.to(device)
         first = eval_texts[0]
-        _, plain_s = timed(functools.partial(speak, model, first, None, packs, device), device)
-        _, cached_s = timed(functools.partial(speak, model, first, style, packs, device), device)
+        plain_s = median_time(functools.partial(speak, model, first, None, packs, device), device, repeats)
+        cached_s = median_time(functools.partial(speak_kept, model, first, kept.vector, packs, device), device, repeats)
         start = torch.from_numpy(packs.style(fitted.start_voice, 60)).to(device)
         base = [speak(model, t, start, packs, device) for t in eval_texts]
         voiced = [speak(model, t, style, packs, device) for t in eval_texts]
@@ -159,8 +184,11 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--soak", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=5, help="timed requests per prompt (plain and kept voice)")
     parser.add_argument("--fits-only", action="store_true", help="skip parity and speed (a slow CPU)")
     args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    unpack_site(args.bundle)
     bundle = json.loads((args.bundle / "bundle.json").read_text())
     with np.load(args.bundle / "prompts.npz") as arrays:
         bundle["samples"] = {name: arrays[name] for name in arrays.files}
@@ -174,7 +202,7 @@ def main() -> None:
         report["speed"] = speed_rows(model, bundle, packs, args.device, args.soak)
         print(report["speed"], flush=True)
         (args.out / "report.json").write_text(json.dumps(report, indent=1))
-    report["fits"] = fit_rows(model, bundle, packs, args.device, args.out, args.steps)
+    report["fits"] = fit_rows(model, bundle, packs, args.device, args.out, args.steps, args.repeats)
     (args.out / "report.json").write_text(json.dumps(report, indent=1))
 
 

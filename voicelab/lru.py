@@ -37,6 +37,11 @@ class BoundedLRU(Generic[V]):
             self._items.move_to_end(key)
             return value
 
+    def peek(self, key: str) -> V | None:
+        """The entry without counting a lookup or changing its place (for updating an entry in place)."""
+        with self._lock:
+            return self._items.get(key)
+
     def put(self, key: str, value: V) -> list[tuple[str, V]]:
         """Insert or replace; the entries evicted to stay within capacity, oldest first."""
         evicted: list[tuple[str, V]] = []

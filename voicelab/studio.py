@@ -20,7 +20,14 @@ from typing import Protocol
 from voicelab.backends.base import Capabilities
 from voicelab.engine.api import Engine
 from voicelab.engine.jobs import Job
-from voicelab.engine.messages import ChunkReady, SynthesisRequest, SynthesisResult, WorkerReady, new_job_id
+from voicelab.engine.messages import (
+    ChunkReady,
+    JobProgress,
+    SynthesisRequest,
+    SynthesisResult,
+    WorkerReady,
+    new_job_id,
+)
 from voicelab.engine.validation import validate_request
 from voicelab.errors import InvalidPromptError, InvalidSettingError, JobTimeoutError, StorageError
 from voicelab.history import History, HistoryEntry
@@ -31,6 +38,7 @@ from voicelab.settings import Settings
 from voicelab.style_words import with_style_words
 from voicelab.voice.intake import PromptIntake
 from voicelab.voice.prompt import PromptAudio
+from voicelab.voices import SavedVoice, fitted_voice, keep_fitted_voice
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +55,14 @@ class JobTimeline(Protocol):
 
 @dataclass(frozen=True)
 class PromptClip:
-    """A voice prompt as a user gives it: a file path or the file's bytes, and an optional transcript."""
+    """A voice prompt as a user gives it: a file path or the file's bytes, and an optional transcript.
+
+    saved: the saved voice it is (its clip and transcript), whose fitted voice, if any, travels with the request
+    and where a voice fitted now is kept."""
 
     source: str | Path | bytes
     transcript: str = ""
+    saved: SavedVoice | None = None
 
 
 @dataclass(frozen=True)
@@ -103,13 +115,15 @@ class Take:
 
 @dataclass(frozen=True)
 class PreparedGeneration:
-    """A validated request: one engine request per take, the parsed instruction and the loaded prompt."""
+    """A validated request: one engine request per take, the parsed instruction and the loaded prompt (with the
+    saved voice it came from, where the voice fitted to it is kept)."""
 
     requests: tuple[SynthesisRequest, ...]
     parsed: ParsedInstruction
     prompt: PromptAudio | None
     kind: str
     owner: str = ""
+    saved: SavedVoice | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,7 @@ class GenerationService:
         if not 1 <= request.takes <= MAX_TAKES:
             raise InvalidSettingError(f"Takes must be between 1 and {MAX_TAKES}.")
         prompt = self._prompt(request.prompt)
+        saved = request.prompt.saved if isinstance(request.prompt, PromptClip) else None
         parsed = resolve_style(request.instruction, request.style)
         instruction = request.instruction
         if self.capabilities().native_instructions:  # the dropdowns reach the model as words it reads
@@ -170,13 +185,14 @@ class GenerationService:
             instruction=instruction,
             sentence_silence_s=request.sentence_silence_s,
             options=dict(request.options),
+            fitted=fitted_voice(saved, self.backend().backend) if saved is not None else None,
         )
         checked = validate_request(base, self.capabilities(), self.settings.max_text_chars)
         requests = [checked]
         for take in range(1, request.takes):
             seed = None if checked.seed is None else checked.seed + take
             requests.append(replace(checked, seed=seed, job_id=new_job_id(), submitted_at=time.monotonic()))
-        return PreparedGeneration(tuple(requests), parsed, prompt, request.kind, request.owner)
+        return PreparedGeneration(tuple(requests), parsed, prompt, request.kind, request.owner, saved)
 
     def generate(self, request: GenerationRequest) -> Generation:
         """Every take, whole: side by side on as many devices as the engine has, one after another on one
@@ -198,11 +214,12 @@ class GenerationService:
         yield from job.chunks(timeout=self.wait_s)
         yield self._finish(job, prepared)
 
-    def follow(self, prepared: PreparedGeneration) -> Iterator[Queued | ChunkReady | Take]:
-        """As ``stream``, after the job's place in line each time it changes while it waits (for the UI)."""
+    def follow(self, prepared: PreparedGeneration) -> Iterator[Queued | JobProgress | ChunkReady | Take]:
+        """As ``stream``, after the job's place in line each time it changes while it waits, and with its progress
+        before the first chunk (a voice being fitted: "fitting voice: step 40 of 120"), for the UI."""
         job = self.engine.submit(prepared.requests[0])
         yield from self._waiting(job)
-        yield from job.chunks(timeout=self.wait_s)
+        yield from job.events(timeout=self.wait_s)
         yield self._finish(job, prepared)
 
     def _waiting(self, job: Job) -> Iterator[Queued]:
@@ -226,6 +243,15 @@ class GenerationService:
         max_bytes = self.settings.max_upload_mb * 2**20
         return self.intake.load(prompt.source, prompt.transcript.strip(), max_bytes=max_bytes)
 
+    def _keep_fitted(self, saved: SavedVoice | None, request: SynthesisRequest, result: SynthesisResult) -> None:
+        """A voice the engine fitted for a saved voice is stored with it, once (a failed write costs a later fit)."""
+        if saved is None or result.fitted is None or result.fitted == request.fitted:
+            return
+        try:
+            keep_fitted_voice(saved, result.fitted)
+        except StorageError as exc:
+            log.warning("fitted voice of %s not kept: %s", saved.voice_id, exc)
+
     def _finish(self, job: Job, prepared: PreparedGeneration) -> Take:
         try:
             result = job.result(self.wait_s)
@@ -233,6 +259,7 @@ class GenerationService:
             raise JobTimeoutError("The engine did not answer in time; please try again.") from exc
         if self.timeline is not None:
             self.timeline.mark_job(result.job_id, result.latency_s)
+        self._keep_fitted(prepared.saved, job.request, result)
         if self.history is None:
             return Take(job.request, result, None)
         try:

@@ -6,6 +6,10 @@ are atomic (temp file + ``os.replace``), the sidecar last: a crash leaves at mos
 listed half voice. Ids come from a strict pattern and names never become paths, so no name or id can make
 this module touch anything outside the folder. Gradio-free and torch-free; the UI and the HTTP API share it.
 
+A voice a backend fitted to the clip (Kokoro's style vector, ``FittedStyle``) is kept beside it in
+``<id>.fitted.json`` (one per backend), written once the first request with the voice has fitted it, so no later
+request, restart or worker fits it again. A damaged or foreign fitted file only costs a new fit.
+
 Each voice belongs to the login that saved it (``owner``, ``""`` without ``--auth``). Every read takes ``owner``:
 ``None`` for everyone's voices (no login, or an admin), else only that login's, and another login's voice is
 answered as missing, so its existence stays private. Names are unique per owner. A sidecar without an owner (saved
@@ -28,12 +32,14 @@ from pathlib import Path
 
 from voicelab.errors import InvalidSettingError, StorageError, VoiceLabError
 from voicelab.files import write_atomically
+from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.intake import PromptIntake, load_prompt
 from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
 
 VOICES_DIRNAME = "voices"
+FITTED_SUFFIX = ".fitted.json"
 VOICE_ID = re.compile(r"voice_[0-9a-f]{16}")  # always fullmatch: "$" would take a trailing newline
 MAX_NAME_CHARS = 64
 RESERVED_NAMES = frozenset({"default"})
@@ -64,6 +70,42 @@ class SavedVoice:
     duration_s: float
     sha256: str
     owner: str = ""  # the login that saved it ("" without --auth, or saved before voices had owners)
+
+    @property
+    def fitted_path(self) -> Path:
+        """Where the voices backends fitted to this clip are kept (beside the clip, in the voices folder)."""
+        return self.clip_path.with_name(f"{self.voice_id}{FITTED_SUFFIX}")
+
+
+def fitted_voice(voice: SavedVoice, backend: str) -> FittedStyle | None:
+    """The voice ``backend`` fitted to this saved clip, if one was kept and is this clip's."""
+    try:
+        stored = json.loads(voice.fitted_path.read_text(encoding="utf-8"))
+        fitted = FittedStyle.from_json(stored[backend])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.info("no fitted %s voice for %s: %s", backend, voice.voice_id, exc)
+        return None
+    return fitted if fitted.prompt_sha256 == voice.sha256 else None
+
+
+def keep_fitted_voice(voice: SavedVoice, fitted: FittedStyle) -> None:
+    """Store ``fitted`` beside the saved clip (replacing that backend's earlier one); skipped where the voice was
+    deleted meanwhile or the fit is not of its clip. Raises ``StorageError`` where the folder refuses the write."""
+    if fitted.prompt_sha256 != voice.sha256 or not voice.clip_path.with_suffix(".json").is_file():
+        return
+    try:
+        stored = json.loads(voice.fitted_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        stored = {}
+    stored = stored if isinstance(stored, dict) else {}
+    stored[fitted.backend] = fitted.to_json()
+    try:
+        write_atomically(voice.clip_path.parent, voice.fitted_path, json.dumps(stored).encode("utf-8"))
+    except OSError as exc:
+        raise StorageError(f"The fitted voice could not be kept ({exc.strerror or exc}).") from exc
+    log.info("kept the fitted %s voice of %s", fitted.backend, voice.voice_id)
 
 
 def check_name(name: object) -> str:
@@ -140,6 +182,7 @@ class VoiceStore:
             try:
                 self._path(voice_id, ".json").unlink(missing_ok=True)
                 voice.clip_path.unlink(missing_ok=True)
+                voice.fitted_path.unlink(missing_ok=True)
             except OSError as exc:
                 raise StorageError(f"The voice could not be deleted ({exc.strerror or exc}).") from exc
         return voice

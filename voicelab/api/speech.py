@@ -90,14 +90,14 @@ def _prompt(ctx: ApiContext, voice: str | VoiceId, caller: Login) -> PromptClip 
         if caller.admin:
             with contextlib.suppress(VoiceNotFoundError):
                 saved = _saved(ctx, voice, caller.name)
-                return PromptClip(saved.clip_path, saved.transcript)
+                return PromptClip(saved.clip_path, saved.transcript, saved)
         saved = _saved(ctx, voice, caller.viewer)
     except VoiceNotFoundError as exc:
         names = ", ".join(repr(v.name) for v in ctx.voices.list(caller.viewer)[:20]) or "none saved yet"
         raise VoiceNotFoundError(
             f"{str(exc).rstrip('.')}; use 'default' for the built-in voice, or a saved voice ({names})."
         ) from exc
-    return PromptClip(saved.clip_path, saved.transcript)
+    return PromptClip(saved.clip_path, saved.transcript, saved)
 
 
 def _saved(ctx: ApiContext, voice: str | VoiceId, owner: str | None) -> SavedVoice:

@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from voicelab.instruct.style import Style
+from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.prompt import PromptAudio
 
 T = TypeVar("T")
@@ -72,6 +73,18 @@ class Capabilities:
         return next((spec for spec in self.options if spec.name == name), None)
 
 
+class FitListener(Protocol):
+    """Told about a voice fit while a request waits for it (the engine relays both to the job's caller)."""
+
+    def progress(self, step: int, total: int) -> None:
+        """Step ``step`` of at most ``total`` is done (the user's "fitting voice: step 40 of 120")."""
+        ...
+
+    def fitted(self, style: FittedStyle) -> None:
+        """The fit is done: ``style`` is the prompt's voice from now on (kept by the engine, and with a saved voice)."""
+        ...
+
+
 @dataclass(frozen=True)
 class SpeechRequest:
     """What a backend is asked to say, already validated by the engine.
@@ -83,6 +96,8 @@ class SpeechRequest:
     style / instruction: only meaningful to backends with native instructions.
     sentence_silence_s: silence between sentences, which the backend puts at the start of every chunk but the first.
     options: values for the backend's ``OptionSpec``s by name; a missing name means the voice's default.
+    fitted: the prompt's voice as this backend fitted it before (a backend that fits uses it instead of fitting;
+    one that does not fit, or whose vector it is not, ignores it). on_fit: told about a fit this request needs.
     """
 
     text: str
@@ -94,6 +109,8 @@ class SpeechRequest:
     instruction: str = ""
     sentence_silence_s: float = 0.2
     options: Mapping[str, float] = field(default_factory=dict)
+    fitted: FittedStyle | None = None
+    on_fit: FitListener | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from voicelab.backends.base import (
 from voicelab.backends.registry import create_backend
 from voicelab.backends.scripts import languages_in
 from voicelab.engine import heap, memory
+from voicelab.engine.fit_relay import FitRelay, ProgressSink
 from voicelab.engine.messages import (
     AllocatorStats,
     CleanReport,
@@ -65,6 +66,7 @@ class _Job:
     languages: tuple[str, ...]
     plan: VoicePlan
     started: float
+    relay: FitRelay
     drafts: list[np.ndarray] = field(default_factory=list)
     outputs: list[np.ndarray] = field(default_factory=list)
     first_audio_s: float = 0.0
@@ -84,6 +86,7 @@ class EngineCore:
 
     # Every model call runs under this; the soak benchmark's naive mode swaps it to show what it saves.
     grad_mode: Callable[[], AbstractContextManager[Any]] = torch.inference_mode
+    progress_sink: ProgressSink | None = None  # where a job's JobProgress goes (the worker's pipe, the job itself)
 
     def __init__(self, settings: Settings) -> None:
         if settings.dtype not in DTYPES:
@@ -120,14 +123,7 @@ class EngineCore:
         )  # fmt: skip
 
     def ready_message(self) -> WorkerReady:
-        return WorkerReady(
-            pid=os.getpid(),
-            backend=self.backend.name,
-            device=self.device,
-            dtype=self.dtype,
-            capabilities=self.capabilities,
-            load_s=self.load_s,
-        )
+        return WorkerReady(os.getpid(), self.backend.name, self.device, self.dtype, self.capabilities, self.load_s)
 
     def warm_up(self) -> None:
         """One short synthesis per language so the first user request doesn't pay for lazy initialisation."""
@@ -265,7 +261,8 @@ class EngineCore:
         if len(self.capabilities.languages) == 1:
             request = replace(request, language=languages[0])
         plan = self.voice.plan(request, languages, seed, self.capabilities, self._calibration)
-        return _Job(request, seed, languages, plan, started)
+        relay = FitRelay(request.job_id, self.progress_sink, self.voice)
+        return _Job(request, seed, languages, replace(plan, speech=replace(plan.speech, on_fit=relay)), started, relay)
 
     def _take(self, job: _Job, chunk: AudioChunk, emit: EmitChunk | None, rendered: np.ndarray | None = None) -> None:
         """Voice one chunk (matching, styling; ``rendered``: already voiced with its batch) and pass it on at once."""
@@ -313,6 +310,7 @@ class EngineCore:
             profile_cache=self.voice.cache_stats(),
             style_check=style_check,
             batch_size=job.batch_size,
+            fitted=job.relay.style or job.plan.speech.fitted,
         )
 
     def languages_of(self, request: SynthesisRequest) -> tuple[str, ...]:

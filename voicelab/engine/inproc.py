@@ -172,6 +172,7 @@ class InprocClient:
             index += 1
 
         waited = time.monotonic() - job.request.submitted_at
+        self.core.progress_sink = job.push
         try:
             result = self.core.run(job.request, emit)
             result = replace(result, queue_wait_s=waited)

@@ -10,7 +10,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from voicelab.engine.messages import ChunkReady, ControlRequest, SynthesisBatch, SynthesisRequest, SynthesisResult
+from voicelab.engine.messages import (
+    ChunkReady,
+    ControlRequest,
+    JobProgress,
+    SynthesisBatch,
+    SynthesisRequest,
+    SynthesisResult,
+)
 from voicelab.engine.status import RestartReport
 from voicelab.errors import EngineBusyError, JobTimeoutError
 
@@ -42,7 +49,7 @@ class Job(Future[SynthesisResult]):
     def __init__(self, request: SynthesisRequest) -> None:
         super().__init__()
         self.request = request
-        self._chunks: queue.SimpleQueue[ChunkReady | None] = queue.SimpleQueue()
+        self._chunks: queue.SimpleQueue[ChunkReady | JobProgress | None] = queue.SimpleQueue()
         self._delivered = 0
         self.alone = False  # run in no batch: it was in a batch whose worker crashed
         self.add_done_callback(lambda _: self._chunks.put(None))
@@ -51,9 +58,11 @@ class Job(Future[SynthesisResult]):
     def job_id(self) -> str:
         return self.request.job_id
 
-    def push(self, chunk: ChunkReady) -> None:
-        """Called by the client as a chunk arrives (skipping repeats after a rerun)."""
-        if chunk.index >= self._delivered:
+    def push(self, chunk: ChunkReady | JobProgress) -> None:
+        """Called by the client as a chunk (skipping repeats after a rerun) or a progress note arrives."""
+        if isinstance(chunk, JobProgress):
+            self._chunks.put(chunk)
+        elif chunk.index >= self._delivered:
             self._delivered = chunk.index + 1
             self._chunks.put(chunk)
 
@@ -61,6 +70,15 @@ class Job(Future[SynthesisResult]):
         """Every chunk as it arrives; ends when the job does, raising its error if it failed.
 
         ``timeout`` bounds the wait for each next chunk (``JobTimeoutError`` past it).
+        """
+        for event in self.events(timeout):
+            if isinstance(event, ChunkReady):
+                yield event
+
+    def events(self, timeout: float | None = None) -> Iterator[ChunkReady | JobProgress]:
+        """As ``chunks``, with the job's progress notes (a voice being fitted) where they came between them.
+
+        A progress note also restarts the ``timeout`` wait: a long fit that reports is not a silent engine.
         """
         while True:
             try:

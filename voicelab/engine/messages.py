@@ -19,6 +19,7 @@ from voicelab.backends.base import AudioChunk, Capabilities, GraphBucket
 from voicelab.instruct.check import StyleCheck
 from voicelab.instruct.style import Style
 from voicelab.voice.cache import ProfileCacheStats
+from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.prompt import PromptAudio
 
 
@@ -35,6 +36,7 @@ class SynthesisRequest:
     seed: ``None`` draws a fresh one, reported in the result. prompt: a voice to clone.
     style / instruction: how to say it; rendered natively or by the engine's DSP stage (see ``Capabilities``).
     sentence_silence_s: silence between sentences. options: the backend's own controls (``OptionSpec`` names).
+    fitted: the prompt's voice as the backend fitted it before (a saved voice's), so it is not fitted again.
     """
 
     text: str
@@ -46,6 +48,7 @@ class SynthesisRequest:
     instruction: str = ""
     sentence_silence_s: float = 0.2
     options: Mapping[str, float] = field(default_factory=dict)
+    fitted: FittedStyle | None = None
     job_id: str = field(default_factory=new_job_id)
     submitted_at: float = field(default_factory=time.monotonic)
 
@@ -76,6 +79,7 @@ class SynthesisResult:
     similarity_base: the same for the backend voice before matching (``None`` when the backend clones natively).
     similarity_ge2e / similarity_ge2e_base: the GE2E cosines the match search maximises, reported beside.
     batch_size: how many jobs ran in the device batch this one was part of (1: alone).
+    fitted: the voice the backend fitted to the prompt and spoke with (``None`` where it fits none), to be kept.
     """
 
     job_id: str
@@ -102,6 +106,7 @@ class SynthesisResult:
     profile_cache: ProfileCacheStats | None = None
     style_check: StyleCheck | None = None  # requested vs measured style figures (engine-rendered styles only)
     batch_size: int = 1
+    fitted: FittedStyle | None = None
 
     @property
     def duration_s(self) -> float:
@@ -250,6 +255,19 @@ class WorkerReady:
     dtype: str
     capabilities: Capabilities
     load_s: float
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """What a job is doing before its first chunk, e.g. "fitting voice", step 40 of 120 (sent as it goes)."""
+
+    job_id: str
+    stage: str
+    step: int
+    total: int
+
+    def line(self) -> str:
+        return f"{self.stage}: step {self.step} of {self.total}"
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,7 @@ def worker_main(conn: Connection, settings: Settings) -> None:
         sender.send(_reply_error("startup", exc))
         return
     sender.send(core.ready_message())
+    core.progress_sink = sender.send  # a fit's progress goes out as it happens, tagged with its job
     stop = threading.Event()
     threading.Thread(target=_heartbeat_loop, args=(core, sender, stop), daemon=True).start()
     try:

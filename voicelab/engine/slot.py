@@ -32,6 +32,7 @@ from voicelab.engine.messages import (
     ErrorReply,
     Heartbeat,
     JobAccepted,
+    JobProgress,
     SynthesisResult,
 )
 from voicelab.engine.microbatch import MicroBatcher, has_room, job_limit, limits_from
@@ -312,7 +313,7 @@ class WorkerSlot:
             if flight is not None:
                 with self.pool.lock:
                     flight.accepted_at = time.monotonic()
-        elif isinstance(message, ChunkReady):
+        elif isinstance(message, (ChunkReady, JobProgress)):
             flight = self.in_flight.get(message.job_id)
             if flight is not None:
                 flight.job.push(message)

@@ -28,6 +28,7 @@ from voicelab.instruct.style import Style
 from voicelab.voice.cache import CachedVoice, ProfileCache, ProfileCacheStats
 from voicelab.voice.dsp import RENDERERS, VoiceTransform, apply_transform, apply_transforms
 from voicelab.voice.encoder import SpeakerEncoder
+from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.matcher import VoiceMatcher, median_f0
 from voicelab.voice.measure import NeutralVoice, Requested, check_style, neutral_voice, spoken_units
 from voicelab.voice.profile import SpeakerProfile, build_profile, scoring_profile
@@ -216,6 +217,8 @@ class VoiceStage:
             match = cached.match(language) if cached is not None and matched else None
             transforms[language] = match.transform.composed_with(transform) if match else transform
         speech = self._speech(request, seed, capabilities, first, model_pitch)
+        if capabilities.native_cloning:
+            speech = replace(speech, fitted=self._fitted(request, cached))
         requested = Requested(first.length_scale_factor, first.requested_pitch_st, first.gain_db) if styled else None
         reference = self._pitch_reference(languages[0], profile if matched else None, model_pitch, calibrate)
         notices = request.prompt.notices if request.prompt else ()
@@ -225,6 +228,24 @@ class VoiceStage:
         return VoicePlan(
             speech, transforms, profile, matched, self.device, self.renderer, requested, reference, model_pitch, notices
         )
+
+    def _fitted(self, request: SynthesisRequest, cached: CachedVoice | None) -> FittedStyle | None:
+        """The prompt's fitted voice: the one the request carries (a saved voice's, now held here too), else the
+        one this worker fitted before; the backend fits where there is none."""
+        prompt = request.prompt
+        if prompt is None:
+            return None
+        carried = request.fitted if request.fitted and request.fitted.prompt_sha256 == prompt.sha256 else None
+        if carried is not None:
+            self.cache.keep_fitted(prompt.sha256, carried)
+            return carried
+        return cached.fitted if cached is not None else None
+
+    @_serialised
+    def keep_fitted(self, fitted: FittedStyle) -> None:
+        """A voice the backend just fitted, held with its prompt's profile (counted on the panel)."""
+        if not self.cache.keep_fitted(fitted.prompt_sha256, fitted):
+            log.info("fitted voice for %s not held: its profile left the cache", fitted.prompt_sha256[:12])
 
     def _adjust(
         self, request: SynthesisRequest, language: str, profile: SpeakerProfile | None, calibrate: Calibrate

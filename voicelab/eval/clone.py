@@ -223,6 +223,13 @@ def _read_texts(path: str | None, languages: Sequence[str]) -> dict[str, Sequenc
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voicelab eval clone", description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", required=True, help="folder of prompt .wav files (with optional .txt)")
+    parser.add_argument(
+        "--backend",
+        choices=("builtin", "kokoro"),
+        default="builtin",
+        help="builtin: the built-in voices matched here; kokoro: judge the fitted voices in --results",
+    )
+    parser.add_argument("--results", default=None, help="kokoro: the folder python -m tools.kokoro_device wrote")
     parser.add_argument("--languages", default="en,zh", help="voices to clone onto, comma-separated (en, zh)")
     parser.add_argument("--texts", default=None, help="file with one text per line, in the first language")
     parser.add_argument("--device", default="cpu", help="device for the encoders, transform and scoring")
@@ -241,11 +248,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _kokoro(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Kokoro's fits are made where the device is (``tools.kokoro_device``) and judged here."""
+    if args.results is None or not (Path(args.results) / "report.json").is_file():
+        parser.error(
+            "--backend kokoro judges fits made by python -m tools.kokoro_device: give its --out folder as --results"
+        )
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    from voicelab.eval.kokoro import judge_results
+
+    print(judge_results(Path(args.prompts), Path(args.results), EVAL_TEXTS["en"]))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not Path(args.prompts).is_dir():
         parser.error(f"--prompts {args.prompts} is not a folder")
+    if args.backend == "kokoro":
+        return _kokoro(parser, args)
     languages = [language.strip() for language in args.languages.split(",") if language.strip()]
     unknown = [language for language in languages if language not in EVAL_TEXTS]
     if unknown or not languages:

@@ -25,7 +25,7 @@ import gradio as gr
 import numpy as np
 
 from voicelab.backends.mandarin import LICENSE_NOTICE as MANDARIN_LICENSE
-from voicelab.engine.messages import ChunkReady, SynthesisResult
+from voicelab.engine.messages import ChunkReady, JobProgress, SynthesisResult
 from voicelab.engine.validation import (
     MAX_TRANSCRIPT_CHARS,
     NO_LIMIT,
@@ -47,7 +47,7 @@ from voicelab.subtitles import cues, to_srt
 from voicelab.ui.cache import UploadCache
 from voicelab.ui.edges import login_of, shows_errors, upload_path
 from voicelab.ui.edges import seed_for as seed_for  # re-exported: older callers import it from here
-from voicelab.ui.progress import SentenceCount, queued_line
+from voicelab.ui.progress import SentenceCount, progress_line, queued_line
 from voicelab.ui.style_actions import CONTROL_NAMES as CONTROL_NAMES  # re-exported with the style functions below
 from voicelab.ui.style_actions import apply_preset as apply_preset
 from voicelab.ui.style_actions import describe_parsed, style_labels
@@ -120,7 +120,7 @@ class Studio:
         if self.voices is None:
             raise InvalidPromptError("Saved voices are not available in this studio.")
         voice = self.voices.get(voice_id.strip(), login_named(login_of(request), self.admins).viewer)
-        return PromptClip(voice.clip_path, voice.transcript)
+        return PromptClip(voice.clip_path, voice.transcript, voice)
 
     def options(self, noise_scale: object, noise_w: object) -> dict[str, float]:
         """The Advanced sliders, kept only where the loaded backend has such an option (checked by its limits)."""
@@ -163,6 +163,8 @@ class Studio:
         for event in self.service.follow(prepared):
             if isinstance(event, Queued):
                 yield gr.skip(), gr.skip(), gr.skip(), queued_line(event), None
+            elif isinstance(event, JobProgress):
+                yield gr.skip(), gr.skip(), gr.skip(), progress_line(event), None
             elif isinstance(event, ChunkReady):
                 heard += event.chunk.duration_s
                 pieces.append((event.chunk.text, event.chunk.duration_s))
@@ -370,10 +372,17 @@ def clone_figures(result: SynthesisResult, prompt: PromptAudio) -> str:
     if result.f0_prompt_hz is not None and result.f0_output_hz is not None:
         lines.append(f"**Median pitch:** prompt {result.f0_prompt_hz:.0f} Hz · output {result.f0_output_hz:.0f} Hz")
     lines.append(f"**Prompt:** {prompt.duration_s:.1f} s used · sha256 {prompt.sha256[:12]}")
+    if result.fitted is not None:
+        fit = result.fitted
+        lines.append(
+            f"**Fitted voice:** from {fit.start_voice}, GE2E {fit.ge2e_start:.3f} → {fit.ge2e_fitted:.3f} "
+            f"on a held-out sentence ({fit.steps} steps, {fit.seconds:.0f} s, once per voice)"
+        )
     cache = result.profile_cache
     if cache is not None:
         lines.append(
             f"**Profile cache:** {cache.size} of {cache.capacity} voices · hit rate {cache.hit_rate:.0%} "
             f"({cache.hits} hits, {cache.misses} misses)"
+            + (f" · {cache.fitted_voices} fitted" if cache.fitted_voices else "")
         )
     return "\n\n".join(lines)  # intake's notices are in the status line, shown once

@@ -150,6 +150,8 @@ def _engine_line(status: EngineStatus, view: QueueView) -> str:
     profiles = (
         f" · voice profiles {cache.size}/{cache.capacity}, hit rate {cache.hit_rate:.0%}" if cache is not None else ""
     )
+    if cache is not None and cache.fitted_voices:
+        profiles += f" · fitted voices {cache.fitted_voices} ({cache.fitted_bytes / 2**10:.0f} KiB)"
     if cache is not None and cache.judge_bytes:
         profiles += f" · similarity judge {cache.judge_bytes / 2**20:.0f} MiB"
     return (

@@ -1,14 +1,16 @@
-"""Progress lines that say what is really happening: waiting in line, sentences made so far, who is in flight.
+"""Progress lines that say what is really happening: waiting in line, a voice being fitted, sentences made so far,
+who is in flight.
 
-A queued job says how many jobs run before it and never "processing"; a long text counts its sentences
-(done of total, as the engine's chunks arrive); jobs are named by their first words, never a hash.
+A queued job says how many jobs run before it and never "processing"; a voice fitted to the prompt counts its
+steps ("fitting voice: step 40 of 120", as the engine reports them); a long text counts its sentences (done of
+total, as the engine's chunks arrive); jobs are named by their first words, never a hash.
 """
 
 from __future__ import annotations
 
 import re
 
-from voicelab.engine.messages import ChunkReady
+from voicelab.engine.messages import ChunkReady, JobProgress
 from voicelab.studio import Queued
 
 SENTENCE_END = re.compile(r"(?<=[.!?;。！？；…])[\"'\u201d\u2019)）]*\s*")
@@ -43,6 +45,12 @@ def queued_line(event: Queued) -> str:
         return f"Queued: next in line{waited}."
     jobs = "job" if event.ahead == 1 else "jobs"
     return f"Queued: {event.ahead} {jobs} ahead of you{waited}."
+
+
+def progress_line(event: JobProgress) -> str:
+    """Shown while the job works before its first chunk, e.g. "Fitting voice: step 40 of 120…"."""
+    line = event.line()
+    return f"{line[:1].upper()}{line[1:]}…"
 
 
 class SentenceCount:

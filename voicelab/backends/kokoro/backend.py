@@ -1,8 +1,10 @@
 """KokoroBackend: Kokoro-82M in our PyTorch behind the Backend protocol, its voice fitted to each prompt.
 
 Without a prompt it speaks with a voice pack (``DEFAULT_VOICE``). With one (native cloning), the style vector is
-fitted to the prompt once (``fitting.StyleFitter``, progress in the log: "fitting voice: step 40 of 120") and kept
-in a bounded LRU keyed by the prompt's sha256, so every later request with that voice costs plain synthesis.
+fitted to the prompt (``fitting.StyleFitter``; progress in the log and to ``SpeechRequest.on_fit``: "fitting voice:
+step 40 of 120") unless the request carries the prompt's ``FittedStyle`` already. The backend keeps no voices of
+its own: the fitted style is reported through ``on_fit.fitted``, and the engine keeps it in its profile LRU (and
+the service with a saved voice), so every later request with that voice costs plain synthesis.
 One sentence per model call (the model carries no padding mask); streaming is by sentence.
 """
 
@@ -17,10 +19,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from voicelab.backends.base import AudioChunk, Capabilities, MemoryGuard, SpeechRequest, run_plainly
+from voicelab.backends.base import AudioChunk, Capabilities, FitListener, MemoryGuard, SpeechRequest, run_plainly
 from voicelab.backends.builtin.backend import BuiltinVoices
-from voicelab.backends.kokoro.config import SAMPLE_RATE
-from voicelab.backends.kokoro.fitting import FitSettings, FittedVoice, StyleFitter
+from voicelab.backends.kokoro.config import SAMPLE_RATE, STYLE_DIM
+from voicelab.backends.kokoro.fitting import FitSettings, StyleFitter
 from voicelab.backends.kokoro.frontend import KokoroFrontend, KokoroSentence
 from voicelab.backends.kokoro.model import KokoroModel
 from voicelab.backends.kokoro.voices import DEFAULT_VOICE, VoicePacks, read_voice_packs
@@ -28,12 +30,11 @@ from voicelab.backends.kokoro.weights import load_kokoro_model
 from voicelab.backends.mandarin.backend import MandarinBackend
 from voicelab.backends.torch_device import checked_device
 from voicelab.errors import BackendLoadError, InvalidSettingError
-from voicelab.lru import BoundedLRU
 from voicelab.settings import Settings
+from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.prompt import PromptAudio
 
 logger = logging.getLogger(__name__)
-FITTED_VOICES = 16  # fitted style vectors kept (256 floats each, plus the prompt's figures)
 
 
 class KokoroBackend:
@@ -48,10 +49,12 @@ class KokoroBackend:
             raise InvalidSettingError(f"Unknown Kokoro voice {voice!r}; choose one of {', '.join(self.packs.packs)}.")
         self.voice = voice
         self.fit_settings = fit or FitSettings()
+        unknown = [name for name in self.fit_settings.start_voices if name not in self.packs.packs]
+        if unknown:
+            raise InvalidSettingError(f"Unknown Kokoro voice {unknown[0]!r} to start fits from.")
         self.device = "cpu"
         self._model: KokoroModel | None = None
         self._fitter: StyleFitter | None = None
-        self.fitted: BoundedLRU[FittedVoice] = BoundedLRU(FITTED_VOICES)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -69,7 +72,6 @@ class KokoroBackend:
 
     def unload(self) -> None:
         self._model = self._fitter = None
-        self.fitted.clear()
         gc.collect()
         if self.device.startswith("cuda") and torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -85,18 +87,31 @@ class KokoroBackend:
             self._fitter = StyleFitter(self.model, self.frontend, self.packs, self.device, self.fit_settings)
         return self._fitter
 
-    def fitted_voice(self, prompt: PromptAudio) -> FittedVoice:
-        """The prompt's fitted style (fitted now on first use, then from the LRU)."""
-        cached = self.fitted.get(prompt.sha256)
-        if cached is None:
-            cached = self.fitter().fit(prompt)
-            self.fitted.put(prompt.sha256, cached)
-        return cached
+    def fit(self, prompt: PromptAudio, listener: FitListener | None = None) -> FittedStyle:
+        """The prompt's voice, fitted now (progress to ``listener``, which is also told the result). Gradients are
+        switched back on here: the engine runs every backend call under ``torch.inference_mode``."""
+        progress = listener.progress if listener is not None else None
+        with torch.inference_mode(False), torch.enable_grad():
+            voice = self.fitter().fit(prompt, progress)
+        style = voice.profile(self.name, prompt.sha256)
+        if listener is not None:
+            listener.fitted(style)
+        return style
 
-    def style_for(self, request: SpeechRequest, n_tokens: int) -> torch.Tensor:
-        """[1, 256] on the device: the fitted vector for a prompt, else the pack's row for this length."""
-        if request.prompt is not None:
-            return self.fitted_voice(request.prompt).style.to(self.device)[None]
+    def voice_of(self, request: SpeechRequest) -> FittedStyle | None:
+        """The request's fitted voice: the one it carries where it is this prompt's, else fitted now; ``None``
+        without a prompt (the pack speaks)."""
+        prompt = request.prompt
+        if prompt is None:
+            return None
+        if request.fitted is not None and request.fitted.fits(self.name, prompt.sha256, STYLE_DIM):
+            return request.fitted
+        return self.fit(prompt, request.on_fit)
+
+    def style_for(self, fitted: FittedStyle | None, n_tokens: int) -> torch.Tensor:
+        """[1, 256] on the device: the fitted vector, else the pack's row for this length."""
+        if fitted is not None:
+            return torch.tensor(fitted.vector, dtype=torch.float32, device=self.device)[None]
         return torch.from_numpy(self.packs.style(self.voice, n_tokens)).to(self.device)[None]
 
     def speak(
@@ -113,8 +128,9 @@ class KokoroBackend:
         sentences = self.frontend.sentences(request.text)
         noise = torch.Generator(device=self.device).manual_seed(request.seed) if self.fit_settings.noise else None
         silence = np.zeros(round(request.sentence_silence_s * SAMPLE_RATE), np.float32)
+        fitted = self.voice_of(request)  # once per request, before the first sentence
         for index, sentence in enumerate(sentences):
-            style = self.style_for(request, len(sentence.ids))
+            style = self.style_for(fitted, len(sentence.ids))
             run = functools.partial(self.speak, sentence, style, request.speed, noise)
             audio = guard(run, run)  # one sentence is the smallest piece there is
             audio = np.clip(audio, -1.0, 1.0).astype(np.float32)
@@ -136,7 +152,25 @@ class KokoroVoices(BuiltinVoices):
     def capabilities(self) -> Capabilities:
         return replace(super().capabilities, native_cloning=True, batching=False)
 
+    def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
+        """The voice is fitted (or taken from the request) once, before the first English run is spoken."""
+        english = self.voices["en"]
+        spoken = request.prompt is not None and any(run.language == "en" for run in self.runs(request))
+        if spoken and isinstance(english, KokoroBackend):
+            request = replace(request, fitted=english.voice_of(request))
+        yield from super().synthesize(request, guard)
+
+
+def fit_settings(settings: Settings) -> FitSettings:
+    """``--backend-options fit_steps=N,fit_start=PACK``: a shorter fit (tests, a slow CPU) or one starting pack."""
+    steps = int(settings.backend_option("fit_steps", str(FitSettings.steps)))
+    if steps < 1:
+        raise InvalidSettingError("fit_steps must be at least 1.")
+    start = settings.backend_option("fit_start")
+    check_every = min(FitSettings.check_every, steps)
+    return FitSettings(steps=steps, check_every=check_every, start_voices=(start,) if start else ())
+
 
 def create(settings: Settings) -> KokoroVoices:
     """Kokoro (English, fitted to each prompt) with the built-in Mandarin voice for Chinese."""
-    return KokoroVoices({"en": KokoroBackend(), "zh": MandarinBackend()})
+    return KokoroVoices({"en": KokoroBackend(fit_settings(settings)), "zh": MandarinBackend()})

@@ -23,6 +23,7 @@ from voicelab.backends.kokoro.ge2e_grad import ge2e_embedding, resample_filter, 
 from voicelab.backends.kokoro.model import Alignment, KokoroModel
 from voicelab.backends.kokoro.voices import VoicePacks
 from voicelab.voice.encoder import SpeakerEncoder
+from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.prompt import PromptAudio
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,20 @@ class FittedVoice:
     ge2e_fitted: float
     steps: int
     seconds: float
+
+    def profile(self, backend: str, prompt_sha256: str) -> FittedStyle:
+        """As the typed profile that leaves the backend: a plain vector, torch-free, kept with a saved voice."""
+        vector = tuple(float(v) for v in self.style.detach().cpu().reshape(-1).tolist())
+        return FittedStyle(
+            backend,
+            prompt_sha256,
+            vector,
+            self.start_voice,
+            self.ge2e_start,
+            self.ge2e_fitted,
+            self.steps,
+            self.seconds,
+        )
 
 
 class StyleFitter:

@@ -1,14 +1,22 @@
-"""Judging ``tools.kokoro_device``'s output on the CPU: ECAPA, GE2E, Whisper and F0, Piper's voice beside it."""
+"""``python -m voicelab eval clone --backend kokoro --prompts DIR --results DIR``: Kokoro's fitted voices judged.
+
+The fits and their speech are made where the device is (``python -m tools.kokoro_device``, from the bundle of
+``python -m tools.kokoro_clone bundle``; on a GPU box without the judges), and judged here on the CPU: for every
+prompt, Piper's unmatched voice (the base the gain is measured over), Kokoro's nearest pack (where the fit starts)
+and Kokoro fitted, each on the same Harvard sentence pairs: ECAPA similarity to the prompt (``judges.ecapa``, never
+read by the fit), GE2E (what the fit raises), Whisper's WER, median F0 and its error against the prompt's; beside
+them the fit's seconds and a request with the kept voice against plain Kokoro synthesis.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from voicelab.eval.clone import EVAL_TEXTS
 from voicelab.eval.voices import SYNTHESIZERS
 from voicelab.judges.ecapa import EcapaJudge
 from voicelab.judges.text import error_rate
@@ -51,16 +59,22 @@ class Judges:
         return Voiced(float(np.mean(ecapa)), float(np.mean(ge2e)), float(np.mean(wer)), float(np.median(f0)))
 
 
-def judge_results(prompts: Path, results: Path) -> str:
-    """A markdown table per prompt and the means: Piper unmatched, Kokoro's starting pack, Kokoro fitted."""
+def f0_error(output_hz: float, prompt_hz: float) -> float:
+    """Relative median-F0 error against the prompt (the goal: within 5 %)."""
+    return abs(output_hz - prompt_hz) / prompt_hz if prompt_hz > 0 else float("nan")
+
+
+def judge_results(prompts: Path, results: Path, eval_texts: Sequence[str]) -> str:
+    """A markdown table per prompt and the means: Piper unmatched, Kokoro's starting pack, Kokoro fitted
+    (``eval_texts``: the English texts the device spoke, in order, as ``eval clone`` speaks them)."""
     report = json.loads((results / "report.json").read_text())
     judges = Judges()
     count = len(np.load(results / f"{report['fits'][0]['prompt']}.npz").files) // 2
-    texts = list(EVAL_TEXTS["en"][:count])
+    texts = list(eval_texts[:count])
     piper = [SYNTHESIZERS["torch"]("cpu")("en", t) for t in texts]
     lines = [
-        "| prompt | start pack | ECAPA Piper → pack → fitted | gain over Piper | GE2E Piper → fitted | "
-        "WER Piper / pack / fitted | F0 prompt → fitted (Hz) | fit s (steps) | cached / plain request |",
+        "| prompt | start pack | ECAPA Piper → pack → fitted | gain over Piper | GE2E Piper → pack → fitted | "
+        "WER Piper / pack / fitted | F0 prompt → fitted (Hz, error) | fit s (steps) | kept-voice / plain request |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     gains: list[float] = []
@@ -77,9 +91,10 @@ def judge_results(prompts: Path, results: Path) -> str:
         rows.append((p, b, f))
         lines.append(
             f"| {fit['prompt']} | {fit['start_voice']} | {p.ecapa:.3f} → {b.ecapa:.3f} → {f.ecapa:.3f} | "
-            f"{f.ecapa - p.ecapa:+.3f} | {p.ge2e:.3f} → {f.ge2e:.3f} | {p.wer:.1%} / {b.wer:.1%} / {f.wer:.1%} | "
-            f"{f0:.1f} → {f.f0_hz:.1f} | {fit['fit_s']:.1f} ({fit['steps']}) | "
-            f"{fit['cached_request_s'] / fit['plain_request_s']:.2f}x |"
+            f"{f.ecapa - p.ecapa:+.3f} | {p.ge2e:.3f} → {b.ge2e:.3f} → {f.ge2e:.3f} | "
+            f"{p.wer:.1%} / {b.wer:.1%} / {f.wer:.1%} | {f0:.1f} → {f.f0_hz:.1f} ({f0_error(f.f0_hz, f0):.1%}) | "
+            f"{fit['fit_s']:.1f} ({fit['steps']}) | {fit['cached_request_s']:.3f} / {fit['plain_request_s']:.3f} s "
+            f"({fit['cached_request_s'] / fit['plain_request_s']:.2f}x) |"
         )
     piper_m, pack_m, fit_m = (float(np.mean([r[i].ecapa for r in rows])) for i in range(3))
     wers = [float(np.mean([r[i].wer for r in rows])) for i in range(3)]

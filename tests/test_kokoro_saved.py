@@ -1,0 +1,88 @@
+"""A Kokoro voice fitted once is the saved voice's profile: kept beside it, carried by every later request, so a
+restarted engine speaks it without fitting again; while it fits, the status line counts the steps."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from voicelab.backends.kokoro.fitting import StyleFitter
+from voicelab.engine.inproc import InprocClient
+from voicelab.settings import Settings
+from voicelab.studio import GenerationRequest, GenerationService, PromptClip, Take
+from voicelab.ui.handlers import Studio
+from voicelab.voice.fitted import FittedStyle
+from voicelab.voices import VoiceStore, fitted_voice
+
+DATA = Path(__file__).parent / "data"
+TEXT = "The birch canoe slid on the smooth planks."
+TINY_FIT = "fit_steps=1,fit_start=jm_kumo"
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[InprocClient]:
+    torch.set_num_threads(1)
+    engine = InprocClient(Settings(backend="kokoro", device="cpu", backend_options=TINY_FIT, auto_clean=False))
+    yield engine
+    engine.close()
+
+
+def asked(store: VoiceStore, voice_id: str) -> GenerationRequest:
+    saved = store.get(voice_id)
+    return GenerationRequest(TEXT, kind="clone", language="en", seed=7, prompt=PromptClip(saved.clip_path, "", saved))
+
+
+def test_a_saved_voice_is_fitted_once_with_progress_and_reused_after_a_restart(
+    client: InprocClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = VoiceStore(tmp_path / "voices")
+    voice = store.save("Reader", (DATA / "librivox_en_male.wav").read_bytes())
+    service = GenerationService(client, None, client.settings)
+    lines, takes = [], []
+    for _, _, _, status, shown in Studio(service).run_streaming(asked(store, voice.voice_id)):
+        lines.append(status)
+        if shown is not None:
+            takes.append(shown.take)
+    assert "Fitting voice: step 1 of 1…" in lines  # the UI's status line while the voice is fitted
+    assert lines.index("Fitting voice: step 1 of 1…") < next(i for i, x in enumerate(lines) if "sentence" in x)
+    first: Take = takes[0]
+    kept = fitted_voice(voice, "kokoro")
+    assert kept is not None and kept == first.result.fitted and len(kept.vector) == 256
+    assert client.core.voice.cache_stats().fitted_voices == 1  # the engine holds it (the panel counts it)
+
+    client.soft_restart()  # a fresh core: nothing fitted in memory
+    assert client.core.voice.cache_stats().fitted_voices == 0
+    monkeypatch.setattr(StyleFitter, "fit", lambda *a, **k: pytest.fail("the saved voice was fitted again"))
+    events = list(service.follow(service.prepare(asked(store, voice.voice_id))))
+    again = events[-1]
+    assert isinstance(again, Take) and not any(type(e).__name__ == "JobProgress" for e in events)
+    assert np.array_equal(again.result.audio, first.result.audio)  # the kept vector speaks exactly as fitted
+    assert client.core.voice.cache_stats().fitted_voices == 1  # the carried voice is held (and counted) again
+
+
+def test_a_damaged_or_foreign_fitted_file_only_costs_a_new_fit(tmp_path: Path) -> None:
+    store = VoiceStore(tmp_path / "voices")
+    clip = tmp_path / "clip.wav"
+    shutil.copy(DATA / "librivox_en_male.wav", clip)
+    voice = store.save("Reader", clip.read_bytes())
+    voice.fitted_path.write_text("{not json", encoding="utf-8")
+    assert fitted_voice(voice, "kokoro") is None
+    other = FittedStyle("kokoro", "0" * 64, (0.1,) * 256, "jm_kumo", 0.5, 0.6, 1, 1.0)
+    voice.fitted_path.write_text(json.dumps({"kokoro": other.to_json()}), encoding="utf-8")
+    assert fitted_voice(voice, "kokoro") is None  # fitted to another clip
+    store.delete(voice.voice_id)
+    assert not voice.fitted_path.exists()
+
+
+def test_eval_clone_for_kokoro_asks_for_the_device_results(tmp_path: Path) -> None:
+    from voicelab.eval.clone import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--prompts", str(DATA), "--backend", "kokoro", "--results", str(tmp_path)])
+    assert exited.value.code == 2  # no report.json there: the message names tools.kokoro_device
