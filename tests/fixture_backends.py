@@ -62,3 +62,27 @@ class ToneBackend:
                 pieces.append(np.zeros(round(request.sentence_silence_s * SAMPLE_RATE), np.float32))
             pieces.append(tone(len(text) * SECONDS_PER_CHAR / request.speed))
         yield AudioChunk(np.concatenate(pieces), SAMPLE_RATE, request.text)
+
+
+class DeviceToneBackend(ToneBackend):
+    """The tone made by torch on the worker's device (a CUDA device on a GPU box): what a GPU replica of
+    ``serve --ray`` needs to show its VRAM and allocator without a voice's weights ("tests.fixture_backends:
+    DeviceToneBackend")."""
+
+    name = "device-tone"
+
+    def load(self, device: str, dtype: str) -> None:
+        import torch
+
+        self.device = device
+        self.buffer = torch.zeros(16 * 2**20, device=device)  # 64 MiB held while loaded, as a model's weights are
+
+    def unload(self) -> None:
+        self.buffer = None
+
+    def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
+        import torch
+
+        for chunk in super().synthesize(request, guard):
+            samples = torch.from_numpy(chunk.audio).to(self.device) * 1.0  # the arithmetic runs on the device
+            yield AudioChunk(samples.cpu().numpy(), chunk.sample_rate, chunk.text, chunk.language)

@@ -337,6 +337,8 @@ class VoiceStage:
                 scored.append(k)
                 jobs.append(Scored(f.output, f.draft, f.plan.profile, f.plan.matched))
         out: list[CloneScores | None] = [None] * len(finished)
+        if not jobs:  # nothing prompted: the speaker encoder (an optional package) is never loaded for plain speech
+            return out
         for k, scores in zip(scored, self.scorer.score(jobs, sample_rate, self.matcher), strict=True):
             out[k] = scores
         return out

@@ -1,0 +1,44 @@
+"""Plain speech needs none of the optional packages that only prompted requests use: without Resemblyzer (the
+GE2E speaker encoder of voice matching and scoring) a request without a prompt still speaks, and a prompted one
+fails with the sentence that names the package (seen on a GPU box whose kit had no Resemblyzer: every plain
+request through ``serve --ray`` ended early)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from voicelab.engine.inproc import InprocClient
+from voicelab.errors import BackendLoadError
+from voicelab.settings import Settings
+from voicelab.studio import GenerationRequest, GenerationService, PromptClip
+from voicelab.voice import encoder
+
+TONE = "tests.fixture_backends:ToneBackend"
+MISSING = "The speaker encoder weights are missing: the 'resemblyzer' package is not installed."
+
+
+def without_resemblyzer() -> None:
+    raise BackendLoadError(MISSING)
+
+
+@pytest.fixture()
+def service(monkeypatch: pytest.MonkeyPatch) -> Iterator[GenerationService]:
+    monkeypatch.setattr(encoder, "weights_path", without_resemblyzer)
+    client = InprocClient(Settings(backend=TONE, device="cpu", auto_clean=False))
+    yield GenerationService(client, None, client.settings)
+    client.close()
+
+
+def test_plain_speech_needs_no_speaker_encoder(service: GenerationService) -> None:
+    generation = service.generate(GenerationRequest("Hello there. Still speaking.", language="en", seed=1))
+    result = generation.takes[0].result
+    assert len(result.audio) / result.sample_rate > 0.5 and result.similarity is None
+
+
+def test_a_prompted_request_names_the_missing_package(service: GenerationService) -> None:
+    prompt = PromptClip(Path(__file__).parent / "data" / "librivox_en_male.wav")
+    with pytest.raises(BackendLoadError, match="resemblyzer"):
+        service.generate(GenerationRequest("Hello there.", kind="clone", language="en", seed=1, prompt=prompt))
