@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.gpu_needs import ECAPA, GE2E
 from voicelab.backends.base import AudioChunk
 from voicelab.engine.core import EngineCore
 from voicelab.engine.messages import SynthesisRequest, SynthesisResult
@@ -119,6 +120,8 @@ def voicing_core(request: pytest.FixtureRequest) -> Iterator[EngineCore]:
     core.close()
 
 
+@GE2E
+@ECAPA
 def test_a_batch_of_voiced_requests_is_voiced_and_scored_together_and_equals_each_alone(
     voicing_core: EngineCore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

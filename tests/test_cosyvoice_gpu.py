@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixture_cosyvoice_llm import code_dir
 from voicelab.engine.client import EngineClient
 from voicelab.engine.messages import ChunkReady
 from voicelab.history import History
@@ -32,12 +33,20 @@ TEXT = "The old lighthouse keeper climbed the spiral stairs every evening at dus
 SECONDS_PER_TOKEN = 1 / 25
 
 
+def upstream_code() -> str:
+    """Upstream's checkout (``VOICELAB_COSYVOICE_CODE``, else ``.cosy/upstream``), "" where there is none."""
+    found = code_dir()
+    return str(found) if found else ""
+
+
 def _skip_without_gpu_or_install() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs an NVIDIA GPU with CUDA")
     for module in ("torchaudio", "hyperpyyaml", "whisper", "matcha"):
         pytest.importorskip(module, reason=f"the optional CosyVoice install is missing ({module})")
+    if code_dir() is None:  # the LLM half of both versions is only in upstream's code
+        pytest.skip("needs an upstream CosyVoice checkout (VOICELAB_COSYVOICE_CODE or .cosy/upstream)")
 
 
 def _random_dir(version: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -46,7 +55,7 @@ def _random_dir(version: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
         return Path(given)
     from voicelab.backends.cosyvoice.random_model import write_model
 
-    code = os.environ.get("VOICELAB_COSYVOICE_CODE", "")
+    code = upstream_code()
     if code and str(Path(code).resolve()) not in sys.path:  # CosyVoice3's classes exist only in upstream's checkout
         sys.path.insert(0, str(Path(code).resolve()))  # (seen on the H200: cosyvoice-minicpmo has no CosyVoice3LM)
     return write_model(tmp_path_factory.mktemp(f"cosyvoice{version}"), version, tiny=True, device="cuda")
@@ -59,7 +68,7 @@ def _service(
         backend_options=options,
         backend="cosyvoice",
         cosyvoice_dir=str(model_dir),
-        cosyvoice_code=os.environ.get("VOICELAB_COSYVOICE_CODE", ""),
+        cosyvoice_code=upstream_code(),
         device="cuda",
         dtype=dtype,
         job_timeout_s=600.0,
@@ -74,8 +83,6 @@ def engine_service(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[EngineClient, GenerationService]]:
     _skip_without_gpu_or_install()
-    if request.param == 3 and not os.environ.get("VOICELAB_COSYVOICE_CODE"):
-        pytest.skip("CosyVoice3 needs VOICELAB_COSYVOICE_CODE (an upstream FunAudioLLM/CosyVoice checkout)")
     model_dir = _random_dir(request.param, tmp_path_factory)
     yield from _service(model_dir, tmp_path_factory.mktemp("history"))
 
@@ -183,7 +190,7 @@ def test_flow_estimator_graphs_equal_eager_and_are_kept_only_where_faster(
     from voicelab.backends.cosyvoice.upstream import load_runtime
 
     runtime = load_runtime(
-        _random_dir(2, tmp_path_factory), os.environ.get("VOICELAB_COSYVOICE_CODE", ""), "cuda", "float32", 500
+        _random_dir(2, tmp_path_factory), upstream_code(), "cuda", "float32", 500
     )
     graphed = runtime.flow_graphs
     assert graphed is not None
@@ -233,7 +240,7 @@ def test_our_speech_loop_gives_upstreams_tts_audio(
     from voicelab.backends.cosyvoice.modes import plan_mode
     from voicelab.backends.cosyvoice.upstream import load_runtime
 
-    code = os.environ.get("VOICELAB_COSYVOICE_CODE", "")
+    code = upstream_code()
     runtime = load_runtime(
         _random_dir(2, tmp_path_factory), code, "cuda", "float32", 500, DecodeChoice("on", 2), flow_graphs=False
     )

