@@ -189,9 +189,7 @@ def test_flow_estimator_graphs_equal_eager_and_are_kept_only_where_faster(
     from voicelab.backends.cosyvoice.flow_graphs import FRAME_BUCKETS, matmul_tf32
     from voicelab.backends.cosyvoice.upstream import load_runtime
 
-    runtime = load_runtime(
-        _random_dir(2, tmp_path_factory), upstream_code(), "cuda", "float32", 500
-    )
+    runtime = load_runtime(_random_dir(2, tmp_path_factory), upstream_code(), "cuda", "float32", 500)
     graphed = runtime.flow_graphs
     assert graphed is not None
     print([(r.stage, r.length, round(r.eager_ms, 2), round(r.graph_ms, 2), r.kept, r.bytes >> 20)
