@@ -75,7 +75,7 @@ class DeviceToneBackend(ToneBackend):
         import torch
 
         self.device = device
-        self.buffer = torch.zeros(16 * 2**20, device=device)  # 64 MiB held while loaded, as a model's weights are
+        self.buffer: torch.Tensor | None = torch.zeros(16 * 2**20, device=device)  # 64 MiB, as weights would hold
 
     def unload(self) -> None:
         self.buffer = None
