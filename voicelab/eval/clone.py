@@ -230,6 +230,11 @@ def _parser() -> argparse.ArgumentParser:
         help="builtin: the built-in voices matched here; kokoro: judge the fitted voices in --results",
     )
     parser.add_argument("--results", default=None, help="kokoro: the folder python -m tools.kokoro_device wrote")
+    parser.add_argument(
+        "--matched",
+        action="store_true",
+        help="kokoro: also the engine's signal-level matching on top of the fitted voices, judged without and with",
+    )
     parser.add_argument("--languages", default="en,zh", help="voices to clone onto, comma-separated (en, zh)")
     parser.add_argument("--texts", default=None, help="file with one text per line, in the first language")
     parser.add_argument("--device", default="cpu", help="device for the encoders, transform and scoring")
@@ -259,6 +264,11 @@ def _kokoro(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from voicelab.eval.kokoro import judge_results
 
     print(judge_results(Path(args.prompts), Path(args.results), EVAL_TEXTS["en"]))
+    if args.matched:
+        from voicelab.eval.kokoro_matched import match_fitted
+
+        print()
+        print(match_fitted(Path(args.prompts), Path(args.results), EVAL_TEXTS["en"]))
     return 0
 
 
