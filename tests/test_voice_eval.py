@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,11 @@ def test_one_real_prompt_is_matched_and_judged_in_both_languages(tmp_path: Path)
         assert row.f0_error < 0.15, row
         assert -1.0 <= row.ecapa_base <= 1.0 and -1.0 <= row.ecapa_matched <= 1.0
         assert row.error_base <= 0.3 and row.error_matched <= 0.4, row  # heard: the voice and the clone say it
+
+
+def test_report_gives_dnsmos_its_line_only_where_it_judged() -> None:
+    judged = replace(_row("a", "en", (0.2, 0.3), (0.5, 0.6), (0.0, 0.0)), dnsmos_base=3.1, dnsmos_matched=2.7)
+    text = format_report(EvalReport((judged,)))
+    assert "mean DNSMOS OVRL (speech quality, 1-5): 3.10 base -> 2.70 matched" in text
+    unjudged = format_report(EvalReport((_row("a", "en", (0.2, 0.3), (0.5, 0.6), (0.0, 0.0)),)))
+    assert "mean DNSMOS" not in unjudged
