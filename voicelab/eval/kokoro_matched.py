@@ -17,7 +17,7 @@ import numpy as np
 
 from voicelab.eval.kokoro import Judges, Voiced, f0_error, read_report, spoken
 from voicelab.voice.analysis import f0_median_hz
-from voicelab.voice.dsp import apply_transform
+from voicelab.voice.dsp import VoiceTransform, apply_transform
 from voicelab.voice.intake import load_prompt
 from voicelab.voice.matcher import VoiceMatcher
 from voicelab.voice.profile import build_profile
@@ -25,6 +25,7 @@ from voicelab.voice.profile import build_profile
 CALIBRATION = 0  # the fitted voice's utterance the search calibrates on
 HELD_OUT = 1  # the one the engine's check scores; the texts after it are judged
 RENDERER = "world"  # the engine's default ("auto")
+LOUDNESS_ONLY = {True: ", loudness only", False: ""}
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class MatchedRow:
     matched: Voiced
     f0_prompt_hz: float
     kept: bool  # the held-out check: the engine would keep the transform (else it keeps the fitted voice alone)
+    search: tuple[float, float, int]  # GE2E on the calibration utterance: fitted, the best candidate; candidates
+    loudness_only: bool  # no candidate beat the fitted voice: the transform is its loudness alone
     search_s: float
 
 
@@ -73,6 +76,8 @@ def matched_row(
         matched=judges.voiced(matched, texts, path),
         f0_prompt_hz=f0_median_hz(prompt.samples, prompt.sample_rate),
         kept=held_matched >= held_base,
+        search=(match.similarity_base, match.similarity_matched, match.evaluations),
+        loudness_only=match.transform == VoiceTransform(gain_db=match.transform.gain_db),
         search_s=match.seconds,
     )
 
@@ -80,14 +85,16 @@ def matched_row(
 def format_rows(rows: Sequence[MatchedRow], renderer: str) -> str:
     """A markdown table: fitted → fitted + matched for each judge, whether the engine keeps it, and the means."""
     lines = [
-        f"| prompt | engine keeps the match ({renderer}) | ECAPA fitted → matched | GE2E fitted → matched | "
-        "WER fitted / matched | F0 prompt: fitted → matched (Hz, error) | DNSMOS OVRL fitted / matched | search s |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| prompt | search: GE2E fitted → best (candidates) | engine keeps the match ({renderer}) | "
+        "ECAPA fitted → matched | GE2E fitted → matched | WER fitted / matched | "
+        "F0 prompt: fitted → matched (Hz, error) | DNSMOS OVRL fitted / matched | search s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         f, m = r.fitted, r.matched
         lines.append(
-            f"| {r.prompt} | {'yes' if r.kept else 'no'} | {f.ecapa:.3f} → {m.ecapa:.3f} ({m.ecapa - f.ecapa:+.3f}) | "
+            f"| {r.prompt} | {r.search[0]:.3f} → {r.search[1]:.3f} ({r.search[2]}{LOUDNESS_ONLY[r.loudness_only]}) "
+            f"| {'yes' if r.kept else 'no'} | {f.ecapa:.3f} → {m.ecapa:.3f} ({m.ecapa - f.ecapa:+.3f}) | "
             f"{f.ge2e:.3f} → {m.ge2e:.3f} | {f.wer:.1%} / {m.wer:.1%} | {r.f0_prompt_hz:.1f}: "
             f"{f.f0_hz:.1f} ({f0_error(f.f0_hz, r.f0_prompt_hz):.1%}) → {m.f0_hz:.1f} "
             f"({f0_error(m.f0_hz, r.f0_prompt_hz):.1%}) | {f.dnsmos:.2f} / {m.dnsmos:.2f} | {r.search_s:.1f} |"
@@ -101,7 +108,7 @@ def format_rows(rows: Sequence[MatchedRow], renderer: str) -> str:
     ]
     kept = [r.matched.ecapa if r.kept else r.fitted.ecapa for r in rows]
     lines.append(
-        f"| **mean** | {sum(r.kept for r in rows)} of {len(rows)} | {mean['ecapa'][0]:.3f} → {mean['ecapa'][1]:.3f} "
+        f"| **mean** | | {sum(r.kept for r in rows)} of {len(rows)} | {mean['ecapa'][0]:.3f} → {mean['ecapa'][1]:.3f} "
         f"({mean['ecapa'][1] - mean['ecapa'][0]:+.3f}) | {mean['ge2e'][0]:.3f} → {mean['ge2e'][1]:.3f} | "
         f"{mean['wer'][0]:.1%} / {mean['wer'][1]:.1%} | error {f0_err[0]:.1%} → {f0_err[1]:.1%} | "
         f"{mean['dnsmos'][0]:.2f} / {mean['dnsmos'][1]:.2f} | |"
