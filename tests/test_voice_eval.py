@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from tests.judges import whisper_judge
 from voicelab.eval.clone import Judges, evaluate
 from voicelab.eval.clone_report import EvalReport, PromptEval, format_report
 from voicelab.eval.voices import builtin_torch_synthesizer
+from voicelab.judges.dnsmos import DnsmosJudge
 from voicelab.judges.ecapa import EcapaJudge
 from voicelab.voice.encoder import SpeakerEncoder
 
@@ -50,7 +52,7 @@ def test_one_real_prompt_is_matched_and_judged_in_both_languages(tmp_path: Path)
     voice on the calibration sentence, the output lands near her pitch, and Whisper still hears the words."""
     for suffix in (".wav", ".txt"):
         shutil.copy(DATA / f"arctic_slt_en_female{suffix}", tmp_path / f"slt{suffix}")
-    judges = Judges(SpeakerEncoder("cpu"), EcapaJudge("cpu"), whisper_judge())
+    judges = Judges(SpeakerEncoder("cpu"), EcapaJudge("cpu"), whisper_judge(), DnsmosJudge())
     english = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
     texts = {"en": (english,), "zh": ("妈妈做的饺子是我最喜欢的菜。",)}
     report = evaluate(tmp_path, texts, builtin_torch_synthesizer(), judges, renderer="torch")
@@ -59,3 +61,12 @@ def test_one_real_prompt_is_matched_and_judged_in_both_languages(tmp_path: Path)
         assert row.f0_error < 0.15, row
         assert -1.0 <= row.ecapa_base <= 1.0 and -1.0 <= row.ecapa_matched <= 1.0
         assert row.error_base <= 0.3 and row.error_matched <= 0.4, row  # heard: the voice and the clone say it
+        assert 1.0 <= row.dnsmos_base <= 5.0 and 1.0 <= row.dnsmos_matched <= 5.0, row  # judged, on its scale
+
+
+def test_report_gives_dnsmos_its_line_only_where_it_judged() -> None:
+    judged = replace(_row("a", "en", (0.2, 0.3), (0.5, 0.6), (0.0, 0.0)), dnsmos_base=3.1, dnsmos_matched=2.7)
+    text = format_report(EvalReport((judged,)))
+    assert "mean DNSMOS OVRL (speech quality, 1-5): 3.10 base -> 2.70 matched" in text
+    unjudged = format_report(EvalReport((_row("a", "en", (0.2, 0.3), (0.5, 0.6), (0.0, 0.0)),)))
+    assert "mean DNSMOS" not in unjudged

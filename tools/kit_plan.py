@@ -60,6 +60,7 @@ LEFT_OUT = {
     "faster-whisper": "the listening judge's runtime (judges run on the CPU)",
     "ctranslate2": "the listening judge's runtime (judges run on the CPU)",
     "av": "faster-whisper's audio reader (judges run on the CPU)",
+    "speechmos": "the evals' DNSMOS quality judge (judges run on the CPU)",
 }
 
 

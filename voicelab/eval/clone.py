@@ -4,7 +4,8 @@ For every ``*.wav`` in DIR and every voice language: build the speaker profile, 
 calibration sentence, then speak fixed texts and compare unmatched (base) and matched outputs. Two judges the
 match search never reads: ECAPA-TDNN similarity to the prompt (``judges.ecapa``) and Whisper's word error
 (English) or pinyin-syllable error (Chinese) on what was said (``judges.whisper``). Beside them, the GE2E
-similarity the search maximises, median F0 against the prompt's, and the real-time factor.
+similarity the search maximises, median F0 against the prompt's, the real-time factor, and DNSMOS P.835's overall
+quality (``judges.dnsmos``: whether the rendering adds artefacts).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from voicelab.engine.voicing import HELD_OUT_TEXTS, calibration_text
 from voicelab.errors import InvalidPromptError
 from voicelab.eval.clone_report import EvalReport, PromptEval, format_report
 from voicelab.eval.voices import SYNTHESIZERS, Synthesize
+from voicelab.judges.dnsmos import DnsmosJudge
 from voicelab.judges.ecapa import EcapaJudge
 from voicelab.judges.text import error_rate
 from voicelab.judges.whisper import WhisperJudge
@@ -81,11 +83,12 @@ EVAL_TEXTS = {
 
 @dataclass(frozen=True)
 class Judges:
-    """The two judges of the evaluation and the match search's own encoder."""
+    """The judges of the evaluation and the match search's own encoder (``dnsmos``: None leaves quality out)."""
 
     encoder: SpeakerEncoder
     ecapa: EcapaJudge
     whisper: WhisperJudge
+    dnsmos: DnsmosJudge | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class _BaseOutput:
     sample_rate: int
     synth_s: float
     error: float
+    quality: float = float("nan")  # DNSMOS OVRL, where judged
 
 
 def evaluate(
@@ -113,7 +117,7 @@ def evaluate(
     for language, language_texts in texts.items():
         calibration = synthesize(language, CALIBRATION_TEXTS[language])
         held_out = synthesize(language, HELD_OUT_TEXTS[language])  # the engine's check before keeping a match
-        bases = [_synthesize_base(language, text, synthesize, judges.whisper) for text in language_texts]
+        bases = [_synthesize_base(language, text, synthesize, judges) for text in language_texts]
         for path in sorted(Path(prompts_dir).glob("*.wav")):
             try:
                 prompt = load_prompt(path, _transcript(path))
@@ -130,12 +134,13 @@ def _transcript(path: Path) -> str:
     return transcript_path.read_text(encoding="utf-8").strip() if transcript_path.is_file() else ""
 
 
-def _synthesize_base(language: str, text: str, synthesize: Synthesize, whisper: WhisperJudge) -> _BaseOutput:
+def _synthesize_base(language: str, text: str, synthesize: Synthesize, judges: Judges) -> _BaseOutput:
     started = time.perf_counter()
     audio, sr = synthesize(language, text)
     synth_s = time.perf_counter() - started
-    heard = whisper.transcribe(audio, sr, language).text
-    return _BaseOutput(text, audio, sr, synth_s, error_rate(text, heard, language))
+    heard = judges.whisper.transcribe(audio, sr, language).text
+    quality = judges.dnsmos.score(audio, sr).ovrl if judges.dnsmos is not None else float("nan")
+    return _BaseOutput(text, audio, sr, synth_s, error_rate(text, heard, language), quality)
 
 
 def _transcript_calibration(
@@ -160,7 +165,9 @@ def _evaluate_prompt(
     judge_reference = judges.ecapa.embed(np.asarray(prompt.samples, dtype=np.float32), prompt.sample_rate)
     calibration, held_out = sentences
     match = matcher.match(profile, lambda: calibration, lambda: held_out)
-    figures: dict[str, list[float]] = {key: [] for key in ("ecapa", "ecapa_base", "ge2e", "ge2e_base", "f0", "error")}
+    figures: dict[str, list[float]] = {
+        key: [] for key in ("ecapa", "ecapa_base", "ge2e", "ge2e_base", "f0", "error", "dnsmos")
+    }
     plain_s, voice_s, duration = 0.0, 0.0, 0.0
     for base in bases:
         started = time.perf_counter()  # what the engine adds to a cached-profile request: transform + scores
@@ -178,8 +185,13 @@ def _evaluate_prompt(
             figures[key].append(value)
         figures["f0"].append(f0_median_hz(matched, base.sample_rate))  # Praat: the ruler, not the transform's tracker
         figures["error"].append(error_rate(base.text, heard, language))
+        if judges.dnsmos is not None:
+            figures["dnsmos"].append(judges.dnsmos.score(matched, base.sample_rate).ovrl)
+    qualities = figures.pop("dnsmos")
+    quality = float(np.mean(qualities)) if qualities else float("nan")
     row = _row(name, language, profile, figures, bases, match.seconds, (plain_s, voice_s, duration))
-    row = replace(row, fell_back=match.fell_back)
+    base_quality = float(np.mean([b.quality for b in bases]))
+    row = replace(row, fell_back=match.fell_back, dnsmos_base=base_quality, dnsmos_matched=quality)
     log.info("%s (%s): ECAPA %.3f -> %.3f", name, language, row.ecapa_base, row.ecapa_matched)
     return row
 
@@ -230,6 +242,11 @@ def _parser() -> argparse.ArgumentParser:
         help="builtin: the built-in voices matched here; kokoro: judge the fitted voices in --results",
     )
     parser.add_argument("--results", default=None, help="kokoro: the folder python -m tools.kokoro_device wrote")
+    parser.add_argument(
+        "--matched",
+        action="store_true",
+        help="kokoro: also the engine's signal-level matching on top of the fitted voices, judged without and with",
+    )
     parser.add_argument("--languages", default="en,zh", help="voices to clone onto, comma-separated (en, zh)")
     parser.add_argument("--texts", default=None, help="file with one text per line, in the first language")
     parser.add_argument("--device", default="cpu", help="device for the encoders, transform and scoring")
@@ -259,6 +276,11 @@ def _kokoro(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from voicelab.eval.kokoro import judge_results
 
     print(judge_results(Path(args.prompts), Path(args.results), EVAL_TEXTS["en"]))
+    if args.matched:
+        from voicelab.eval.kokoro_matched import match_fitted
+
+        print()
+        print(match_fitted(Path(args.prompts), Path(args.results), EVAL_TEXTS["en"]))
     return 0
 
 
@@ -281,7 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     synthesize = SYNTHESIZERS[args.runtime](args.device)
-    judges = Judges(SpeakerEncoder(args.device), EcapaJudge(args.device), WhisperJudge(threads=max(1, args.threads)))
+    threads = max(1, args.threads)
+    judges = Judges(SpeakerEncoder(args.device), EcapaJudge(args.device), WhisperJudge(threads=threads),
+                    DnsmosJudge(threads=threads))  # fmt: skip
     for renderer in RENDERERS if args.renderer == "all" else (args.renderer,):
         report = evaluate(
             args.prompts, texts, synthesize, judges, renderer=renderer, on_transcript=args.calibrate_on_transcript

@@ -31,6 +31,8 @@ class PromptEval:
     plain_s: float = 0.0  # mean seconds per request: plain synthesis
     clone_s: float = 0.0  # the same plus the engine's voice stage (transform + scores) with a cached profile
     fell_back: bool = False  # the match lost to the unmatched voice on the held-out sentence: the engine keeps that
+    dnsmos_base: float = float("nan")  # DNSMOS P.835 OVRL (1-5) of the unmatched and matched speech, where judged
+    dnsmos_matched: float = float("nan")
 
     @property
     def ecapa_gain(self) -> float:
@@ -65,6 +67,13 @@ class EvalReport:
     def mean_ge2e_gain(self) -> float:
         return float(np.mean([r.ge2e_gain for r in self.rows])) if self.rows else 0.0
 
+    def mean_dnsmos(self) -> tuple[float, float] | None:
+        """Mean DNSMOS OVRL base and matched over the rows judged by it (None without any)."""
+        rows = [r for r in self.rows if np.isfinite(r.dnsmos_matched)]
+        if not rows:
+            return None
+        return float(np.mean([r.dnsmos_base for r in rows])), float(np.mean([r.dnsmos_matched for r in rows]))
+
     def mean_errors(self, language: str) -> tuple[float, float] | None:
         """Mean error base and matched over the rows of one language (None without any)."""
         rows = [r for r in self.rows if r.language == language]
@@ -95,7 +104,7 @@ def format_report(report: EvalReport) -> str:
     header = (
         f"{'prompt':<26} {'lang':<4} {'ECAPA base':>10} {'match':>6} {'gain':>7} {'GE2E base':>9} {'match':>6} "
         f"{'gain':>7} {'err base':>8} {'match':>6} {'F0 prompt':>9} {'F0 out':>7} {'RTF':>6} {'match s':>7} "
-        f"{'plain s':>7} {'clone s':>7}"
+        f"{'plain s':>7} {'clone s':>7} {'DNSMOS':>6} {'match':>5}"
     )
     lines = [header, "-" * len(header)]
     for r in report.rows:
@@ -104,7 +113,7 @@ def format_report(report: EvalReport) -> str:
             f"{name:<26} {r.language:<4} {r.ecapa_base:>10.3f} {r.ecapa_matched:>6.3f} {r.ecapa_gain:>+7.3f} "
             f"{r.ge2e_base:>9.3f} {r.ge2e_matched:>6.3f} {r.ge2e_gain:>+7.3f} {100 * r.error_base:>7.1f}% "
             f"{100 * r.error_matched:>5.1f}% {r.f0_prompt_hz:>9.1f} {r.f0_output_hz:>7.1f} {r.rtf:>6.3f} "
-            f"{r.match_s:>7.1f} {r.plain_s:>7.3f} {r.clone_s:>7.3f}"
+            f"{r.match_s:>7.1f} {r.plain_s:>7.3f} {r.clone_s:>7.3f} {r.dnsmos_base:>6.2f} {r.dnsmos_matched:>5.2f}"
         )
     lines.extend(f"skipped {name}: {reason}" for name, reason in report.skipped)
     if any(r.fell_back for r in report.rows):
@@ -122,6 +131,9 @@ def format_report(report: EvalReport) -> str:
             lines.append(
                 f"mean Whisper {name} ({language}): {100 * errors[0]:.1f}% base -> {100 * errors[1]:.1f}% matched"
             )
+    quality = report.mean_dnsmos()
+    if quality is not None:
+        lines.append(f"mean DNSMOS OVRL (speech quality, 1-5): {quality[0]:.2f} base -> {quality[1]:.2f} matched")
     lines.append(f"mean GE2E gain (the search's objective): {report.mean_ge2e_gain:+.3f}")
     lines.append(f"mean ECAPA gain: {report.mean_ecapa_gain:+.3f}")
     return "\n".join(lines)

@@ -4,8 +4,10 @@ The fits and their speech are made where the device is (``python -m tools.kokoro
 ``python -m tools.kokoro_clone bundle``; on a GPU box without the judges), and judged here on the CPU: for every
 prompt, Piper's unmatched voice (the base the gain is measured over), Kokoro's nearest pack (where the fit starts)
 and Kokoro fitted, each on the same Harvard sentence pairs: ECAPA similarity to the prompt (``judges.ecapa``, never
-read by the fit), GE2E (what the fit raises), Whisper's WER, median F0 and its error against the prompt's; beside
-them the fit's seconds and a request with the kept voice against plain Kokoro synthesis.
+read by the fit), GE2E (what the fit raises), Whisper's WER, median F0 and its error against the prompt's, and
+DNSMOS P.835's overall quality (``judges.dnsmos``: how clean each voice sounds, whoever it resembles); beside them
+the fit's seconds and a request with the kept voice against plain Kokoro synthesis. ``--matched`` adds the
+engine's signal-level matching on top of the fitted voice (``eval.kokoro_matched``).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from voicelab.eval.voices import SYNTHESIZERS
+from voicelab.judges.dnsmos import DnsmosJudge
 from voicelab.judges.ecapa import EcapaJudge
 from voicelab.judges.text import error_rate
 from voicelab.judges.whisper import WhisperJudge
@@ -36,14 +40,17 @@ class Voiced:
     ge2e: float
     wer: float
     f0_hz: float
+    dnsmos: float  # DNSMOS P.835 OVRL, 1-5
 
 
 class Judges:
+    """The CPU's judges (ECAPA, Whisper, DNSMOS) and the GE2E encoder the fit raises, loaded once for a run."""
+
     def __init__(self) -> None:
         self.ecapa = EcapaJudge("cpu")
         self.ge2e = SpeakerEncoder("cpu")
         self.whisper = WhisperJudge(device="cpu", compute_type="int8", threads=2)
-        self.heard: dict[int, float] = {}
+        self.dnsmos = DnsmosJudge(threads=2)
 
     def wer(self, clip: np.ndarray, sr: int, text: str) -> float:
         return error_rate(text, self.whisper.transcribe(clip, sr, "en").text, "en")
@@ -56,7 +63,9 @@ class Judges:
         ge2e = [self.ge2e.similarity(self.ge2e.embed(resample(c, sr, 16000)), target) for c, sr in clips]
         wer = [self.wer(c, sr, t) for (c, sr), t in zip(clips, texts, strict=True)]
         f0 = [f0_median_hz(c, sr) for c, sr in clips]
-        return Voiced(float(np.mean(ecapa)), float(np.mean(ge2e)), float(np.mean(wer)), float(np.median(f0)))
+        quality = [self.dnsmos.score(c, sr).ovrl for c, sr in clips]
+        mean = [float(np.mean(x)) for x in (ecapa, ge2e, wer, quality)]
+        return Voiced(mean[0], mean[1], mean[2], float(np.median(f0)), mean[3])
 
 
 def f0_error(output_hz: float, prompt_hz: float) -> float:
@@ -64,42 +73,57 @@ def f0_error(output_hz: float, prompt_hz: float) -> float:
     return abs(output_hz - prompt_hz) / prompt_hz if prompt_hz > 0 else float("nan")
 
 
+def read_report(results: Path) -> tuple[dict[str, Any], int]:
+    """The device run's ``report.json`` and how many evaluation texts each prompt's ``.npz`` holds."""
+    report = json.loads((results / "report.json").read_text())
+    with np.load(results / f"{report['fits'][0]['prompt']}.npz") as arrays:
+        return report, len(arrays.files) // 2
+
+
+def spoken(results: Path, prompt: str, kind: str, count: int) -> list[tuple[np.ndarray, int]]:
+    """The evaluation texts as the device spoke them for ``prompt``: ``kind`` is "base" (the pack) or "fitted"."""
+    with np.load(results / f"{prompt}.npz") as arrays:
+        return [(arrays[f"{kind}_{i}"].astype(np.float32) / 32767, RATE) for i in range(count)]
+
+
 def judge_results(prompts: Path, results: Path, eval_texts: Sequence[str]) -> str:
     """A markdown table per prompt and the means: Piper unmatched, Kokoro's starting pack, Kokoro fitted
     (``eval_texts``: the English texts the device spoke, in order, as ``eval clone`` speaks them)."""
-    report = json.loads((results / "report.json").read_text())
+    report, count = read_report(results)
     judges = Judges()
-    count = len(np.load(results / f"{report['fits'][0]['prompt']}.npz").files) // 2
     texts = list(eval_texts[:count])
     piper = [SYNTHESIZERS["torch"]("cpu")("en", t) for t in texts]
     lines = [
         "| prompt | start pack | ECAPA Piper → pack → fitted | gain over Piper | GE2E Piper → pack → fitted | "
-        "WER Piper / pack / fitted | F0 prompt → fitted (Hz, error) | fit s (steps) | kept-voice / plain request |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "WER Piper / pack / fitted | F0 prompt → fitted (Hz, error) | DNSMOS OVRL Piper / pack / fitted | "
+        "fit s (steps) | kept-voice / plain request |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    gains: list[float] = []
     rows: list[tuple[Voiced, Voiced, Voiced]] = []
     for fit in report["fits"]:
         path = prompts / f"{fit['prompt']}.wav"
-        with np.load(results / f"{fit['prompt']}.npz") as arrays:
-            base = [(arrays[f"base_{i}"].astype(np.float32) / 32767, RATE) for i in range(count)]
-            fitted = [(arrays[f"fitted_{i}"].astype(np.float32) / 32767, RATE) for i in range(count)]
+        base, fitted = (spoken(results, fit["prompt"], kind, count) for kind in ("base", "fitted"))
         p, b, f = (judges.voiced(c, texts, path) for c in (piper, base, fitted))
         prompt = load_prompt(path)
         f0 = f0_median_hz(prompt.samples, prompt.sample_rate)
-        gains.append(f.ecapa - p.ecapa)
         rows.append((p, b, f))
         lines.append(
             f"| {fit['prompt']} | {fit['start_voice']} | {p.ecapa:.3f} → {b.ecapa:.3f} → {f.ecapa:.3f} | "
             f"{f.ecapa - p.ecapa:+.3f} | {p.ge2e:.3f} → {b.ge2e:.3f} → {f.ge2e:.3f} | "
             f"{p.wer:.1%} / {b.wer:.1%} / {f.wer:.1%} | {f0:.1f} → {f.f0_hz:.1f} ({f0_error(f.f0_hz, f0):.1%}) | "
+            f"{p.dnsmos:.2f} / {b.dnsmos:.2f} / {f.dnsmos:.2f} | "
             f"{fit['fit_s']:.1f} ({fit['steps']}) | {fit['cached_request_s']:.3f} / {fit['plain_request_s']:.3f} s "
             f"({fit['cached_request_s'] / fit['plain_request_s']:.2f}x) |"
         )
-    piper_m, pack_m, fit_m = (float(np.mean([r[i].ecapa for r in rows])) for i in range(3))
-    wers = [float(np.mean([r[i].wer for r in rows])) for i in range(3)]
-    lines.append(
-        f"| **mean** | | {piper_m:.3f} → {pack_m:.3f} → {fit_m:.3f} | **{np.mean(gains):+.3f}** | | "
-        f"{wers[0]:.1%} / {wers[1]:.1%} / {wers[2]:.1%} | | | |"
-    )
+    lines.append(mean_row(rows))
     return "\n".join(lines)
+
+
+def mean_row(rows: Sequence[tuple[Voiced, Voiced, Voiced]]) -> str:
+    """The table's last row: mean ECAPA, the mean gain over Piper, mean WER and mean DNSMOS OVRL."""
+    ecapa, wer, quality = ([float(np.mean([getattr(r[i], key) for r in rows])) for i in range(3)]
+                           for key in ("ecapa", "wer", "dnsmos"))  # fmt: skip
+    return (
+        f"| **mean** | | {ecapa[0]:.3f} → {ecapa[1]:.3f} → {ecapa[2]:.3f} | **{ecapa[2] - ecapa[0]:+.3f}** | | "
+        f"{wer[0]:.1%} / {wer[1]:.1%} / {wer[2]:.1%} | | {quality[0]:.2f} / {quality[1]:.2f} / {quality[2]:.2f} | | |"
+    )
