@@ -144,36 +144,25 @@ def test_stream_order_counts_only_the_cached_voice_and_runs_both_paths_and_order
     assert all(line.count(" s; p50 ") == 1 for line in lines)
 
 
-def test_host_memory_bench_runs_its_phases_with_pooled_llm_threads(
+def test_host_memory_bench_runs_only_the_phases_asked_with_pooled_llm_threads_and_says_what_grew(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``tools.cosyvoice_host_memory --llm-threads pooled`` over the CPU test double: the runtime's ``llm_job``
-    runs on the pool, and each phase prints its RSS line."""
+    """``tools.cosyvoice_host_memory`` over the CPU test double, ``--llm-threads pooled --phases texts,prompts``: the
+    runtime's ``llm_job`` runs on the pool, the phases asked run alone and in order, each printing its RSS line,
+    its mappings' growth, glibc's in-use bytes and the thread count; an unknown phase is refused with the names to
+    choose from. (The phases' default order is ``test_host_memory_phases_repeat_one_request_then_vary_the_text_then_
+    the_voice``'s.)"""
     from tools.cosyvoice_host_memory import main
 
     model_dir = tmp_path / "cosyvoice2"
     model_dir.mkdir()
     (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
     options = ["--backend", "tests.fixture_cosyvoice_upstream:create", "--device", "cpu", "--phase", "2"]
-    assert main(["--model-dir", str(model_dir), *options, "--llm-threads", "pooled", "--no-scores"]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if "MiB per call" in line]
-    assert [line.split(":")[0] for line in lines] == ["same request", "new texts, one voice", "new prompts"]
-
-
-def test_host_memory_bench_runs_only_the_phases_asked_and_says_what_grew(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``--phases prompts`` runs that phase alone, and each phase lists its mappings' growth, glibc's in-use bytes
-    and the thread count; an unknown phase is refused with the names to choose from."""
-    from tools.cosyvoice_host_memory import main
-
-    model_dir = tmp_path / "cosyvoice2"
-    model_dir.mkdir()
-    (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
-    options = ["--backend", "tests.fixture_cosyvoice_upstream:create", "--device", "cpu", "--phase", "2"]
-    assert main(["--model-dir", str(model_dir), *options, "--phases", "prompts", "--no-scores"]) == 0
+    args = ["--model-dir", str(model_dir), *options, "--llm-threads", "pooled", "--phases", "texts,prompts"]
+    assert main([*args, "--no-scores"]) == 0
     out = capsys.readouterr().out
-    assert [line.split(":")[0] for line in out.splitlines() if "MiB per call" in line] == ["new prompts"]
+    lines = [line.split(":")[0] for line in out.splitlines() if "MiB per call" in line]
+    assert lines == ["new texts, one voice", "new prompts"]
     assert "   glibc in use: " in out and "   threads: " in out
     with pytest.raises(SystemExit):
         main(["--model-dir", str(model_dir), *options, "--phases", "prompts,everything"])
