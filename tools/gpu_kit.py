@@ -249,10 +249,11 @@ def build(args: argparse.Namespace) -> int:
     notes = build_sources(sources, wheels, build_python(args.build_python, target), pip)
     built = [wheel_dist(p) for p in wheels.glob("*.whl")]
     result = walk(pins, PipFetch(wheels, target, pip), target, given=built)
-    cluster = cluster_only(result, [*one_host.walked.values(), *one_host.unwalked.values()], target) if extra else None
-    parts = write_parts(wheels, args.out, int(args.part_mib * MIB), cluster or frozenset())
+    roots = [*one_host.walked.values(), *one_host.unwalked.values()]
+    cluster = cluster_only(result, roots, target) if extra else frozenset()
+    parts = write_parts(wheels, args.out, int(args.part_mib * MIB), cluster)
     wheels.rmdir()
-    text = manifest(args.out, parts, result, [p.name for p in pins.from_image], notes, cluster or frozenset())
+    text = manifest(args.out, parts, result, [p.name for p in pins.from_image], notes, cluster)
     (args.out / "MANIFEST.txt").write_text(text)
     print(text, end="")
     return 1 if result.problems else 0
