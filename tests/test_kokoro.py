@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from voicelab.backends.kokoro.weights import model_bytes, read_kokoro_weights
 from voicelab.backends.strict_loading import load_state_strictly
 from voicelab.errors import BackendLoadError
 from voicelab.settings import Settings
+from voicelab.voice.analysis import f0_median_hz
 from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.intake import load_prompt
 
@@ -90,10 +92,10 @@ class Listener:
         self.styles.append(style)
 
 
-def test_a_fitted_voice_moves_toward_the_prompt_and_travels_as_data(
+def test_a_fitted_voice_moves_toward_the_prompt_speaks_at_its_pitch_and_travels_as_data(
     backend: KokoroBackend, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    prompt = load_prompt(DATA / "librivox_en_male.wav")
+    prompt = load_prompt(DATA / "arctic_slt_en_female.wav")  # a woman's voice, the fit starting from a man's pack
     listener = Listener()
     with caplog.at_level(logging.INFO, logger="voicelab.backends.kokoro.fitting"), torch.inference_mode():
         chunks = list(backend.synthesize(SpeechRequest(TEXT, "en", prompt=prompt, on_fit=listener)))
@@ -106,6 +108,21 @@ def test_a_fitted_voice_moves_toward_the_prompt_and_travels_as_data(
     monkeypatch.setattr(StyleFitter, "fit", lambda *a, **k: pytest.fail("a carried voice was fitted again"))
     again = list(backend.synthesize(SpeechRequest(TEXT, "en", prompt=prompt, fitted=stored, on_fit=listener)))
     assert np.array_equal(again[0].audio, chunks[0].audio) and len(listener.styles) == 1
+
+    wanted = f0_median_hz(prompt.samples, prompt.sample_rate)
+    text = f"{TEXT} Rice is often served in round bowls."  # neither sentence is the one the pitch is set on
+    pitched = np.concatenate(
+        [c.audio for c in backend.synthesize(SpeechRequest(text, "en", prompt=prompt, fitted=stored))]
+    )
+    plain = replace(stored, f0_scale=1.0)  # the curve as the model predicts it (and as older stored voices speak)
+    unpitched = np.concatenate(
+        [c.audio for c in backend.synthesize(SpeechRequest(text, "en", prompt=prompt, fitted=plain))]
+    )
+    assert abs(f0_median_hz(pitched, 24000) / wanted - 1) < 0.05
+    assert abs(f0_median_hz(unpitched, 24000) / wanted - 1) > 0.2, "the pitch would have been right without it"
+    assert_heard(text, pitched, 24000, "en", bound=0.2)
+    older = {k: v for k, v in stored.to_json().items() if k != "f0_scale"}
+    assert FittedStyle.from_json(older).f0_scale == 1.0
 
 
 def test_the_registry_names_kokoro_with_the_mandarin_voice_for_chinese() -> None:

@@ -10,8 +10,9 @@ the packages are (``--site``, put on ``PYTHONPATH``). This script then, on ``--d
 3. for every prompt: the fit (``StyleFitter`` with the backend's settings but ``--steps``: seconds, steps, GE2E
    before and after), the time of a request with the kept voice (its ``FittedStyle``, as a saved voice carries
    it: vector to the device, then the sentence) against one with a pack (median of ``--repeats``), and the
-   evaluation texts spoken by the starting pack (base) and the fitted voice (int16 at 24 kHz, one ``.npz`` per
-   prompt, judged later on the CPU by ``python -m voicelab eval clone --backend kokoro --results DIR``).
+   evaluation texts spoken by the starting pack (base), the fitted voice at the prompt's pitch (fitted) and the
+   fitted voice with the F0 curve as the model predicts it (unpitched) (int16 at 24 kHz, one ``.npz`` per prompt,
+   judged later on the CPU by ``python -m voicelab eval clone --backend kokoro --results DIR``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from voicelab.backends.kokoro.model import KokoroModel
 from voicelab.backends.kokoro.parity import compare, reference_session
 from voicelab.backends.kokoro.voices import DEFAULT_VOICE, VoicePacks, read_voice_packs
 from voicelab.backends.kokoro.weights import load_kokoro_model, model_bytes
+from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.prompt import PromptAudio
 
 T = TypeVar("T")
@@ -69,7 +71,12 @@ def synchronize(device: str) -> None:
 
 
 def speak(
-    model: torch.nn.Module, sentences: list[list[int]], style: torch.Tensor | None, packs, device: str
+    model: torch.nn.Module,
+    sentences: list[list[int]],
+    style: torch.Tensor | None,
+    packs: VoicePacks,
+    device: str,
+    f0_scale: float = 1.0,
 ) -> np.ndarray:
     """A text's sentences with ``style`` (or the default pack's row per length), joined by 0.2 s of silence."""
     pieces: list[np.ndarray] = []
@@ -77,7 +84,8 @@ def speak(
         ref = style[None] if style is not None else torch.from_numpy(packs.style(DEFAULT_VOICE, len(ids)))[None]
         with torch.inference_mode():
             tokens = torch.tensor([[0, *ids, 0]], device=device)
-            pieces += [model(tokens, ref.to(device)).audio.float().cpu().numpy(), np.zeros(4800, np.float32)]
+            audio = model(tokens, ref.to(device), f0_scale=f0_scale).audio
+            pieces += [audio.float().cpu().numpy(), np.zeros(4800, np.float32)]
     return np.concatenate(pieces[:-1])
 
 
@@ -95,10 +103,11 @@ def median_time(fn: Callable[[], object], device: str, repeats: int) -> float:
 
 
 def speak_kept(
-    model: torch.nn.Module, sentences: list[list[int]], vector: tuple[float, ...], packs: VoicePacks, device: str
+    model: torch.nn.Module, sentences: list[list[int]], kept: FittedStyle, packs: VoicePacks, device: str
 ) -> np.ndarray:
     """A request with a kept voice as the backend serves it: the stored vector to the device, then speech."""
-    return speak(model, sentences, torch.tensor(vector, dtype=torch.float32), packs, device)
+    style = torch.tensor(kept.vector, dtype=torch.float32)
+    return speak(model, sentences, style, packs, device, kept.f0_scale)
 
 
 def parity_rows(model: KokoroModel, bundle: dict[str, Any], packs: VoicePacks) -> list[dict[str, Any]]:
@@ -159,18 +168,22 @@ def fit_rows(
         style = fitted.style.to(device)
         first = eval_texts[0]
         plain_s = median_time(functools.partial(speak, model, first, None, packs, device), device, repeats)
-        cached_s = median_time(functools.partial(speak_kept, model, first, kept.vector, packs, device), device, repeats)
+        cached_s = median_time(functools.partial(speak_kept, model, first, kept, packs, device), device, repeats)
         start = torch.from_numpy(packs.style(fitted.start_voice, 60)).to(device)
-        base = [speak(model, t, start, packs, device) for t in eval_texts]
-        voiced = [speak(model, t, style, packs, device) for t in eval_texts]
-        arrays = {f"base_{i}": (a * 32767).astype(np.int16) for i, a in enumerate(base)}
-        arrays |= {f"fitted_{i}": (a * 32767).astype(np.int16) for i, a in enumerate(voiced)}
+        spoken = {
+            "base": [speak(model, t, start, packs, device) for t in eval_texts],
+            "fitted": [speak(model, t, style, packs, device, fitted.f0_scale) for t in eval_texts],
+            "unpitched": [speak(model, t, style, packs, device) for t in eval_texts],  # F0 as the fit left it
+        }
+        arrays = {
+            f"{kind}_{i}": (a * 32767).astype(np.int16) for kind, a_s in spoken.items() for i, a in enumerate(a_s)
+        }
         np.savez(out / f"{name}.npz", **arrays)  # type: ignore[arg-type]
         rows.append(
             {
                 "prompt": name, "start_voice": fitted.start_voice, "fit_s": fit_s, "steps": fitted.steps,
                 "ge2e_held_out_start": fitted.ge2e_start, "ge2e_held_out_fitted": fitted.ge2e_fitted,
-                "plain_request_s": plain_s, "cached_request_s": cached_s,
+                "plain_request_s": plain_s, "cached_request_s": cached_s, "f0_scale": fitted.f0_scale,
             }
         )  # fmt: skip
         print(rows[-1], flush=True)

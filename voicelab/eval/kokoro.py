@@ -77,12 +77,15 @@ def read_report(results: Path) -> tuple[dict[str, Any], int]:
     """The device run's ``report.json`` and how many evaluation texts each prompt's ``.npz`` holds."""
     report = json.loads((results / "report.json").read_text())
     with np.load(results / f"{report['fits'][0]['prompt']}.npz") as arrays:
-        return report, len(arrays.files) // 2
+        return report, sum(name.startswith("base_") for name in arrays.files)
 
 
 def spoken(results: Path, prompt: str, kind: str, count: int) -> list[tuple[np.ndarray, int]]:
-    """The evaluation texts as the device spoke them for ``prompt``: ``kind`` is "base" (the pack) or "fitted"."""
+    """The evaluation texts as the device spoke them for ``prompt``: ``kind`` is "base" (the pack), "fitted" or
+    "unpitched" (fitted, F0 as the model predicts it); empty where the run did not speak that kind."""
     with np.load(results / f"{prompt}.npz") as arrays:
+        if f"{kind}_0" not in arrays.files:
+            return []
         return [(arrays[f"{kind}_{i}"].astype(np.float32) / 32767, RATE) for i in range(count)]
 
 
@@ -100,13 +103,16 @@ def judge_results(prompts: Path, results: Path, eval_texts: Sequence[str]) -> st
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     rows: list[tuple[Voiced, Voiced, Voiced]] = []
+    pitch_lines: list[str] = []
     for fit in report["fits"]:
         path = prompts / f"{fit['prompt']}.wav"
-        base, fitted = (spoken(results, fit["prompt"], kind, count) for kind in ("base", "fitted"))
+        base, fitted, unpitched = (spoken(results, fit["prompt"], k, count) for k in ("base", "fitted", "unpitched"))
         p, b, f = (judges.voiced(c, texts, path) for c in (piper, base, fitted))
         prompt = load_prompt(path)
         f0 = f0_median_hz(prompt.samples, prompt.sample_rate)
         rows.append((p, b, f))
+        if unpitched:
+            pitch_lines.append(pitch_row(fit, f0, judges.voiced(unpitched, texts, path), f))
         lines.append(
             f"| {fit['prompt']} | {fit['start_voice']} | {p.ecapa:.3f} → {b.ecapa:.3f} → {f.ecapa:.3f} | "
             f"{f.ecapa - p.ecapa:+.3f} | {p.ge2e:.3f} → {b.ge2e:.3f} → {f.ge2e:.3f} | "
@@ -116,7 +122,24 @@ def judge_results(prompts: Path, results: Path, eval_texts: Sequence[str]) -> st
             f"({fit['cached_request_s'] / fit['plain_request_s']:.2f}x) |"
         )
     lines.append(mean_row(rows))
+    if pitch_lines:
+        lines += ["", *PITCH_HEADER, *pitch_lines]
     return "\n".join(lines)
+
+
+PITCH_HEADER = (
+    "| prompt | F0 scale | ECAPA unpitched → fitted | F0 unpitched → fitted (error) | WER unpitched / fitted |",
+    "|---|---|---|---|---|",
+)
+
+
+def pitch_row(fit: dict[str, Any], prompt_hz: float, unpitched: Voiced, fitted: Voiced) -> str:
+    """The same fitted vector with the F0 curve as the model predicts it and scaled to the prompt's pitch."""
+    return (
+        f"| {fit['prompt']} | {fit.get('f0_scale', 1.0):.3f}x | {unpitched.ecapa:.3f} → {fitted.ecapa:.3f} | "
+        f"{unpitched.f0_hz:.1f} ({f0_error(unpitched.f0_hz, prompt_hz):.1%}) → {fitted.f0_hz:.1f} "
+        f"({f0_error(fitted.f0_hz, prompt_hz):.1%}) | {unpitched.wer:.1%} / {fitted.wer:.1%} |"
+    )
 
 
 def mean_row(rows: Sequence[tuple[Voiced, Voiced, Voiced]]) -> str:

@@ -14,13 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 FLOAT_BYTES = 4  # the vector lives as float32 wherever a model uses it
+F0_SCALES = (0.5, 2.0)  # an octave either way: a wider correction is a wrong measurement, not a voice
 
 
 @dataclass(frozen=True)
 class FittedStyle:
     """backend: the model the vector belongs to ("kokoro"); prompt_sha256: the prompt it was fitted to;
     vector: the fitted style; start_voice: the pack the fit started from; ge2e_start / ge2e_fitted: GE2E
-    similarity to the prompt on the held-out sentence before and after; steps / seconds: what the fit took."""
+    similarity to the prompt on the held-out sentence before and after; steps / seconds: what the fit took;
+    f0_scale: what the model's F0 curve is multiplied by so that the voice speaks at the prompt's pitch (1.0 for
+    a voice stored before the fit measured it)."""
 
     backend: str
     prompt_sha256: str
@@ -30,10 +33,13 @@ class FittedStyle:
     ge2e_fitted: float
     steps: int
     seconds: float
+    f0_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.vector or not all(math.isfinite(v) for v in self.vector):
             raise ValueError("a fitted style needs a non-empty vector of finite values")
+        if not F0_SCALES[0] <= self.f0_scale <= F0_SCALES[1]:
+            raise ValueError(f"a fitted style's F0 scale must lie in {F0_SCALES}, not {self.f0_scale}")
 
     @property
     def host_bytes(self) -> int:
@@ -54,6 +60,7 @@ class FittedStyle:
             "ge2e_fitted": self.ge2e_fitted,
             "steps": self.steps,
             "seconds": self.seconds,
+            "f0_scale": self.f0_scale,
         }
 
     @classmethod
@@ -68,4 +75,5 @@ class FittedStyle:
             ge2e_fitted=float(data["ge2e_fitted"]),
             steps=int(data["steps"]),
             seconds=float(data["seconds"]),
+            f0_scale=float(data.get("f0_scale", 1.0)),
         )

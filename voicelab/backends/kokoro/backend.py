@@ -114,12 +114,17 @@ class KokoroBackend:
         return torch.from_numpy(self.packs.style(self.voice, n_tokens)).to(self.device)[None]
 
     def speak(
-        self, sentence: KokoroSentence, style: torch.Tensor, speed: float, noise: torch.Generator | None
+        self,
+        sentence: KokoroSentence,
+        style: torch.Tensor,
+        speed: float,
+        noise: torch.Generator | None,
+        f0_scale: float = 1.0,
     ) -> np.ndarray:
-        """One sentence's float32 waveform."""
+        """One sentence's float32 waveform (``f0_scale``: a fitted voice's pitch correction)."""
         tokens = torch.tensor([[0, *sentence.ids, 0]], device=self.device)
         with torch.inference_mode():
-            audio = self.model(tokens, style, speed, noise).audio
+            audio = self.model(tokens, style, speed, noise, f0_scale).audio
         return audio.float().cpu().numpy()
 
     def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
@@ -128,9 +133,10 @@ class KokoroBackend:
         noise = torch.Generator(device=self.device).manual_seed(request.seed) if self.fit_settings.noise else None
         silence = np.zeros(round(request.sentence_silence_s * SAMPLE_RATE), np.float32)
         fitted = self.voice_of(request)  # once per request, before the first sentence
+        f0_scale = fitted.f0_scale if fitted is not None else 1.0
         for index, sentence in enumerate(sentences):
             style = self.style_for(fitted, len(sentence.ids))
-            run = functools.partial(self.speak, sentence, style, request.speed, noise)
+            run = functools.partial(self.speak, sentence, style, request.speed, noise, f0_scale)
             audio = guard(run, run)  # one sentence is the smallest piece there is
             audio = np.clip(audio, -1.0, 1.0).astype(np.float32)
             if index:

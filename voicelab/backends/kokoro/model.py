@@ -72,13 +72,27 @@ class KokoroModel(nn.Module):
         asr = self.text_encoder(tokens) @ matrix
         return Alignment(frames=frames, prosody_features=d.transpose(1, 2) @ matrix, asr=asr)
 
-    def render(self, alignment: Alignment, ref_s: torch.Tensor, noise: torch.Generator | None = None) -> torch.Tensor:
-        """The waveform [N] for fixed durations: differentiable in ref_s (both halves)."""
+    def render(
+        self,
+        alignment: Alignment,
+        ref_s: torch.Tensor,
+        noise: torch.Generator | None = None,
+        f0_scale: float = 1.0,
+    ) -> torch.Tensor:
+        """The waveform [N] for fixed durations: differentiable in ref_s (both halves). ``f0_scale`` multiplies
+        the predicted F0 curve before the decoder reads it (a fitted voice's pitch held to its prompt's)."""
         f0, energy = self.predictor.curves(alignment.prosody_features, ref_s[:, self.dims.style :])
+        if f0_scale != 1.0:
+            f0 = f0 * f0_scale
         return self.decoder(alignment.asr, f0, energy, ref_s[:, : self.dims.style], noise)[0]
 
     def forward(
-        self, tokens: torch.Tensor, ref_s: torch.Tensor, speed: float = 1.0, noise: torch.Generator | None = None
+        self,
+        tokens: torch.Tensor,
+        ref_s: torch.Tensor,
+        speed: float = 1.0,
+        noise: torch.Generator | None = None,
+        f0_scale: float = 1.0,
     ) -> KokoroOutput:
         alignment = self.align(tokens, ref_s, speed)
-        return KokoroOutput(audio=self.render(alignment, ref_s, noise), frames=alignment.frames)
+        return KokoroOutput(audio=self.render(alignment, ref_s, noise, f0_scale), frames=alignment.frames)
