@@ -86,3 +86,35 @@ def test_only_a_requests_first_segment_opens_and_every_opening_closes(
     chunks = list(b.synthesize(SpeechRequest(text, "en", prompt=prompt())))
     assert len(chunks) >= 4 and runtime.first_audio.waiting == 0
     assert seen[0] == 1 and all(n == 0 for n in seen[1:])  # the second sentence's first chunk is a later chunk
+
+
+def test_with_one_slot_a_waiting_first_chunk_goes_before_waiting_later_chunks() -> None:
+    order = FirstAudioFirst(slots=1)
+    served: list[str] = []
+    playing = order.slot(first=False)
+    playing.__enter__()  # a later chunk on the device: the one slot is taken
+
+    def call(name: str, first: bool) -> threading.Thread:
+        def run() -> None:
+            with order.slot(first=first):
+                served.append(name)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    later = call("later", first=False)
+    threading.Event().wait(0.2)  # the later chunk queues behind the call in flight
+    first = call("first", first=True)
+    threading.Event().wait(0.2)
+    assert served == [] and order.running == 1
+    playing.__exit__(None, None, None)
+    later.join(5), first.join(5)
+    assert served == ["first", "later"]  # the newcomer's first chunk took the freed slot
+    assert order.running == 0
+
+
+def test_without_slots_calls_are_not_bounded() -> None:
+    order = FirstAudioFirst()
+    with order.slot(first=False), order.slot(first=False), order.slot(first=True):
+        assert order.running == 0  # unbounded: nothing counted, nothing waits

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 SAMPLE_RATE = 24000  # CosyVoice2 and CosyVoice3 both decode at 24 kHz
 MAX_PROMPT_S = 30.0  # upstream's speech tokenizer refuses longer audio
 RANDOM_MARKER = "voicelab-random.json"  # written by random_model.py: {"token_cap": N}
+DEFAULT_WAVE_SLOTS = 0  # token-to-wave calls in flight at once (first_audio.py); 0: unbounded
 LANGUAGES = {2: ("en", "zh", "ja", "ko"), 3: ("en", "zh", "ja", "ko", "de", "es", "fr", "it", "ru")}
 STREAM = OptionSpec("stream", "Stream upstream's chunks", 0.0, 1.0, 1.0, "1: audio every ~1 s of tokens; 0: a sentence")
 Loader = Callable[[Path, str, str, str, int | None], UpstreamRuntime]
@@ -236,8 +237,9 @@ def _joined(pieces: Iterator[np.ndarray]) -> np.ndarray:
 
 def create(settings: Settings) -> CosyVoiceBackend:
     """The registry's factory: ``--cosyvoice-dir`` (or ``--model-dir``) and ``--cosyvoice-code``."""
-    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N; flow_graphs, flow_tf32, decode_stream and
-        # first_audio_first: on|off
+    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,wave_slots=N; flow_graphs, flow_tf32,
+        # decode_stream and first_audio_first: on|off
+        wave_slots = _count(settings, "wave_slots", DEFAULT_WAVE_SLOTS)
         decode = DecodeChoice.parse(
             settings.backend_option("fast_decode", "auto"), settings.backend_option("decode_slots", "1")
         )
@@ -253,9 +255,22 @@ def create(settings: Settings) -> CosyVoiceBackend:
     model_dir = Path(model_dir_of(settings))
     config = CosyVoiceConfig(model_dir, settings.cosyvoice_code, settings.profile_cache_size, decode.slots)
     load = functools.partial(
-        load_runtime, decode=decode, flow_graphs=flow_graphs, flow_tf32=flow_tf32, first_audio_first=first_audio_first
+        load_runtime,
+        decode=decode,
+        flow_graphs=flow_graphs,
+        flow_tf32=flow_tf32,
+        first_audio_first=first_audio_first,
+        wave_slots=wave_slots,
     )
     return CosyVoiceBackend(config, load)
+
+
+def _count(settings: Settings, name: str, default: int) -> int:
+    """A backend option that is a whole number, 0 or more; ``ValueError`` with one sentence otherwise."""
+    value = settings.backend_option(name, str(default))
+    if not value.isdigit():
+        raise ValueError(f"{name} must be a whole number (0 or more), not {value!r}")
+    return int(value)
 
 
 def _on_off(settings: Settings, name: str, default: str = "on") -> bool:

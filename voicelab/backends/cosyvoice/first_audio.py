@@ -8,6 +8,11 @@ alone and 1.16 s with 8 clients: the newcomer's decode steps and first flow call
 chunks. ``FirstAudioFirst`` holds later chunks back while any request is waiting for its first audio, for at most
 ``most_wait_s`` (so a steady stream of newcomers cannot starve the requests already playing); decode steps are never
 held, so the held requests' tokens keep coming and their next chunks are ready once the newcomer has its audio.
+
+Holding later chunks back only stops new ones: the calls already on the GPU when a newcomer arrives (up to one per
+playing request, all queued on the same device) still run before the newcomer's decode steps and first chunk.
+``slots`` bounds how many token-to-wave calls are in flight at once, and a first chunk waiting for a slot takes the
+next one before any later chunk does; 0 leaves the calls unbounded.
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ from collections.abc import Iterator
 class FirstAudioFirst:
     """Thread-safe; shared by every request of one loaded model. ``enabled`` off: nobody waits (the A/B switch)."""
 
-    def __init__(self, enabled: bool = True, most_wait_s: float = 1.0) -> None:
+    def __init__(self, enabled: bool = True, most_wait_s: float = 1.0, slots: int = 0) -> None:
         self.enabled = enabled
         self.most_wait_s = most_wait_s
+        self.slots = slots
         self._waiting = 0
+        self._running = 0  # token-to-wave calls in flight
+        self._firsts_queued = 0  # first chunks waiting for a slot
         self._changed = threading.Condition()
         self.held_s = 0.0  # later chunks' total wait, for the log and the tests
 
@@ -62,6 +70,34 @@ class FirstAudioFirst:
             waited = time.monotonic() - started
             self.held_s += waited
         return waited
+
+    @property
+    def running(self) -> int:
+        """Token-to-wave calls in flight now."""
+        with self._changed:
+            return self._running
+
+    @contextlib.contextmanager
+    def slot(self, first: bool) -> Iterator[None]:
+        """Around one token-to-wave call: with ``slots`` set, wait for a free one; a ``first`` chunk (its request's
+        first audio) goes before every later chunk waiting. Unbounded (today's order) when off or ``slots`` is 0."""
+        if not self.enabled or self.slots <= 0:
+            yield
+            return
+        with self._changed:
+            self._firsts_queued += first
+            try:
+                while self._running >= self.slots or (not first and self._firsts_queued):
+                    self._changed.wait()
+            finally:
+                self._firsts_queued -= first
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
 
 
 class Opening:

@@ -163,7 +163,10 @@ def _streamed(
             ended = model.llm_end_dict[key]  # read before the count: once it is True every token is stored
             if len(tokens) - offset >= need:
                 _take_turn(order, opening)
-                speech = _token2wav(model, inputs, key, tokens[: offset + need], offset, finalize=False, stream=True)
+                with _slot(order, opening):
+                    speech = _token2wav(
+                        model, inputs, key, tokens[: offset + need], offset, finalize=False, stream=True
+                    )
                 yield _opened(speech, opening)
                 offset, hop = offset + this_hop, min(hops.most, int(hop * hops.scale))
             elif ended:
@@ -171,13 +174,22 @@ def _streamed(
         job.join()
         watch.raise_if_failed()
         _take_turn(order, opening)
-        yield _opened(_token2wav(model, inputs, key, tokens, offset, finalize=True), opening)
+        with _slot(order, opening):
+            speech = _token2wav(model, inputs, key, tokens, offset, finalize=True)
+        yield _opened(speech, opening)
 
 
 def _take_turn(order: FirstAudioFirst | None, opening: Opening | None) -> None:
     """A chunk that is not its request's first audio lets the requests waiting for theirs go first."""
     if order is not None and (opening is None or not opening.pending):
         order.before_later_chunk()
+
+
+def _slot(order: FirstAudioFirst | None, opening: Opening | None) -> contextlib.AbstractContextManager[None]:
+    """One token-to-wave call's place among those in flight (``FirstAudioFirst.slot``); a first chunk goes first."""
+    if order is None:
+        return contextlib.nullcontext()
+    return order.slot(first=opening is not None and opening.pending)
 
 
 def _opened(speech: torch.Tensor, opening: Opening | None) -> torch.Tensor:

@@ -210,6 +210,7 @@ def load_runtime(
     flow_graphs: bool = True,
     flow_tf32: bool = True,
     first_audio_first: bool = True,
+    wave_slots: int = 0,
 ) -> UpstreamRuntime:
     """Upstream's classes from the optional install (or ``code_dir``), built as its CosyVoice2/3 would build them,
     except: no download path, the Qwen body cast to an explicit dtype before the weights are read (transformers 5
@@ -254,6 +255,7 @@ def load_runtime(
     runtime = UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
     runtime.decoder = decoder
     runtime.first_audio.enabled = first_audio_first
+    runtime.first_audio.slots = wave_slots
     runtime.flow_graphs = install_flow_graphs(model.flow, flow_tf32) if flow_graphs else None
     _log_device_memory("flow graphs")
     if isinstance(decoder, DecodeBatcher):
