@@ -184,9 +184,10 @@ def fit_rows(
                 "prompt": name, "start_voice": fitted.start_voice, "fit_s": fit_s, "steps": fitted.steps,
                 "ge2e_held_out_start": fitted.ge2e_start, "ge2e_held_out_fitted": fitted.ge2e_fitted,
                 "plain_request_s": plain_s, "cached_request_s": cached_s, "f0_scale": fitted.f0_scale,
+                "vector": list(kept.vector),  # the voice itself, to speak again anywhere
             }
         )  # fmt: skip
-        print(rows[-1], flush=True)
+        print({k: v for k, v in rows[-1].items() if k != "vector"}, flush=True)
     return rows
 
 
