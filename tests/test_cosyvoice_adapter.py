@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 import threading
 from collections.abc import Generator
 from pathlib import Path
@@ -307,6 +308,20 @@ def test_decode_stream_option_is_on_or_off_in_one_sentence() -> None:
     ):
         create(Settings(backend="cosyvoice", backend_options="decode_slots=4,decode_stream=x"))
     assert not DecodeChoice().own_stream and "decode_stream=on|off" in HELP["backend_options"]
+
+
+def test_wave_slots_is_a_whole_number_in_one_sentence() -> None:
+    """``wave_slots`` (token-to-wave calls in flight at once, first chunks first) is 2 by default: on the H200 it
+    halved the first byte at 8 API clients against unbounded calls."""
+    from voicelab.backends.cosyvoice.backend import DEFAULT_WAVE_SLOTS, create
+    from voicelab.errors import BackendLoadError
+    from voicelab.settings import HELP, Settings
+
+    for value in ("x", "-1", "1.5"):
+        sentence = f"CosyVoice backend option: wave_slots must be a whole number (0 or more), not '{value}'."
+        with pytest.raises(BackendLoadError, match=f"^{re.escape(sentence)}$"):
+            create(Settings(backend="cosyvoice", backend_options=f"wave_slots={value}"))
+    assert DEFAULT_WAVE_SLOTS == 2 and "wave_slots=N" in HELP["backend_options"]
 
 
 def test_the_panel_gets_the_llm_step_graphs_beside_the_flow_buckets(tmp_path: Path) -> None:
