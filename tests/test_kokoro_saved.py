@@ -12,12 +12,16 @@ import numpy as np
 import pytest
 import torch
 
+from tests.judges import assert_heard
 from voicelab.backends.kokoro.fitting import StyleFitter
 from voicelab.engine.inproc import InprocClient
+from voicelab.engine.messages import SynthesisRequest
 from voicelab.settings import Settings
 from voicelab.studio import GenerationRequest, GenerationService, PromptClip, Take
 from voicelab.ui.handlers import Studio
+from voicelab.voice.analysis import f0_median_hz
 from voicelab.voice.fitted import FittedStyle
+from voicelab.voice.intake import load_prompt
 from voicelab.voices import VoiceStore, fitted_voice
 
 DATA = Path(__file__).parent / "data"
@@ -86,3 +90,17 @@ def test_eval_clone_for_kokoro_asks_for_the_device_results(tmp_path: Path) -> No
     with pytest.raises(SystemExit) as exited:
         main(["--prompts", str(DATA), "--backend", "kokoro", "--results", str(tmp_path)])
     assert exited.value.code == 2  # no report.json there: the message names tools.kokoro_device
+
+
+def test_chinese_on_kokoro_is_matched_to_the_prompt_as_on_the_built_in_voices(client: InprocClient) -> None:
+    """Kokoro clones English itself; its Chinese is the Mandarin voice, which the engine now matches to the prompt
+    (before, a natively cloning backend got no matching in any language)."""
+    text = "今天天气很好，我们去公园散步吧。"
+    prompt = load_prompt(DATA / "arctic_awb_en_male.wav")  # a man's voice; the Mandarin voice is a woman's
+    plain = client.synthesize(SynthesisRequest(text=text, language="zh", seed=3))
+    cloned = client.synthesize(SynthesisRequest(text=text, language="zh", seed=3, prompt=prompt))
+    assert cloned.similarity_base is not None and cloned.similarity is not None  # matched: the draft is the base
+    plain_f0 = f0_median_hz(plain.audio, plain.sample_rate)
+    assert cloned.f0_prompt_hz is not None and cloned.f0_output_hz is not None
+    assert abs(cloned.f0_output_hz / cloned.f0_prompt_hz - 1) < 0.1 < abs(plain_f0 / cloned.f0_prompt_hz - 1)
+    assert_heard(text, cloned.audio, cloned.sample_rate, "zh", bound=0.25)

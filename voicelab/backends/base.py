@@ -42,6 +42,8 @@ class Capabilities:
 
     languages: ISO 639-1 codes it speaks ("en", "zh").
     native_cloning: it conditions on the prompt itself (no signal-level matching is added).
+    native_cloning_languages: where it clones natively in some languages only (Kokoro: English; its Chinese is the
+    Mandarin voice), those languages; the engine matches the others at signal level. Empty: all it speaks.
     native_instructions: it renders style and instruction itself (no DSP styling is added).
     streaming: it yields more than one chunk for long text, the first before the rest is made.
     dtypes: the dtypes ``load`` accepts. options: its own numeric controls.
@@ -68,6 +70,11 @@ class Capabilities:
     batch_bytes_per_char: int = 0
     batch_split_options: tuple[str, ...] = ()
     concurrent_jobs: int = 1
+    native_cloning_languages: tuple[str, ...] = ()
+
+    def clones_natively(self, language: str) -> bool:
+        """Whether the backend itself moves its voice toward the prompt in ``language``."""
+        return self.native_cloning and (not self.native_cloning_languages or language in self.native_cloning_languages)
 
     def option(self, name: str) -> OptionSpec | None:
         return next((spec for spec in self.options if spec.name == name), None)

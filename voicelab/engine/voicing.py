@@ -195,12 +195,14 @@ class VoiceStage:
         calibrate: Calibrate,
     ) -> VoicePlan:
         """The backend's request and, per language of the text, the transform the engine adds after it."""
-        matched = request.prompt is not None and not capabilities.native_cloning
-        cached = self.voice_for(request.prompt, languages if matched else (), calibrate) if request.prompt else None
+        to_match = tuple(lang for lang in languages if not capabilities.clones_natively(lang)) if request.prompt else ()
+        matched = bool(to_match)
+        cached = self.voice_for(request.prompt, to_match, calibrate) if request.prompt else None
         profile = cached.profile if cached else None
         styled = not capabilities.native_instructions and not request.style.is_neutral
         adjusts = {
-            language: self._adjust(request, language, profile if matched else None, calibrate) for language in languages
+            language: self._adjust(request, language, profile if language in to_match else None, calibrate)
+            for language in languages
         }
         first = adjusts[languages[0]] if adjusts else StyleAdjust()
         model_pitch = (
@@ -214,16 +216,17 @@ class VoiceStage:
             transform = style_transform(adjust) if not capabilities.native_instructions else VoiceTransform.identity()
             if model_pitch and language in capabilities.native_pitch_languages:
                 transform = replace(transform, pitch_semitones=0.0)
-            match = cached.match(language) if cached is not None and matched else None
+            match = cached.match(language) if cached is not None and language in to_match else None
             transforms[language] = match.transform.composed_with(transform) if match else transform
         speech = self._speech(request, seed, capabilities, first, model_pitch)
         if capabilities.native_cloning:
             speech = replace(speech, fitted=self._fitted(request, cached))
         requested = Requested(first.length_scale_factor, first.requested_pitch_st, first.gain_db) if styled else None
-        reference = self._pitch_reference(languages[0], profile if matched else None, model_pitch, calibrate)
+        first_matched = profile if languages and languages[0] in to_match else None
+        reference = self._pitch_reference(languages[0], first_matched, model_pitch, calibrate)
         notices = request.prompt.notices if request.prompt else ()
         if cached is not None and matched:
-            fell_back = [lang for lang in languages if (m := cached.match(lang)) is not None and m.fell_back]
+            fell_back = [lang for lang in to_match if (m := cached.match(lang)) is not None and m.fell_back]
             notices += tuple(FELL_BACK.format(language=LANGUAGE_NAMES.get(lang, lang)) for lang in fell_back)
         return VoicePlan(
             speech, transforms, profile, matched, self.device, self.renderer, requested, reference, model_pitch, notices

@@ -67,8 +67,11 @@ def backend_note(caps: Capabilities, backend: str) -> str:
     """What the loaded backend renders itself, so the user knows what the controls do."""
     if backend in BUILTIN_BACKENDS:
         return ""
+    cloned_in = caps.native_cloning_languages
     native = [
-        "clones the prompt itself" if caps.native_cloning else "",
+        "clones the prompt itself" + (f" ({', '.join(cloned_in)}; the rest matched)" if cloned_in else "")
+        if caps.native_cloning
+        else "",
         "reads the instruction itself (the dropdowns are sent to it as words)" if caps.native_instructions else "",
         "streams" if caps.streaming else "",
     ]

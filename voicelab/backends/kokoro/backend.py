@@ -147,15 +147,15 @@ class KokoroBackend:
 class KokoroVoices(BuiltinVoices):
     """Kokoro for English and the built-in Mandarin voice for Chinese, routed by script as the built-in voices are.
 
-    Natively cloning: the prompt reaches Kokoro, which fits its voice to it; Chinese runs are spoken by the
-    Mandarin voice without signal-level matching (the engine adds none to a natively cloning backend).
+    Natively cloning in English: the prompt reaches Kokoro, which fits its voice to it. Chinese runs are spoken by
+    the Mandarin voice, which the engine matches to the prompt at signal level as on the ``builtin`` backend.
     """
 
     name = "kokoro"
 
     @property
     def capabilities(self) -> Capabilities:
-        return replace(super().capabilities, native_cloning=True, batching=False)
+        return replace(super().capabilities, native_cloning=True, native_cloning_languages=("en",), batching=False)
 
     def synthesize(self, request: SpeechRequest, guard: MemoryGuard = run_plainly) -> Iterator[AudioChunk]:
         """The voice is fitted (or taken from the request) once, before the first English run is spoken."""
