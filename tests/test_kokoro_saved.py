@@ -104,3 +104,20 @@ def test_chinese_on_kokoro_is_matched_to_the_prompt_as_on_the_built_in_voices(cl
     assert cloned.f0_prompt_hz is not None and cloned.f0_output_hz is not None
     assert abs(cloned.f0_output_hz / cloned.f0_prompt_hz - 1) < 0.1 < abs(plain_f0 / cloned.f0_prompt_hz - 1)
     assert_heard(text, cloned.audio, cloned.sample_rate, "zh", bound=0.25)
+
+
+def test_an_uploaded_clip_is_fitted_once_and_not_again_after_a_soft_restart(
+    client: InprocClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = GenerationService(client, None, client.settings)
+    upload = GenerationRequest(
+        TEXT, kind="clone", language="en", seed=7, prompt=PromptClip(DATA / "arctic_awb_en_male.wav", "")
+    )
+    events = list(service.follow(service.prepare(upload)))
+    first = events[-1]
+    assert isinstance(first, Take) and first.result.fitted is not None
+    assert any(type(e).__name__ == "JobProgress" for e in events)  # fitted now, with its steps
+    client.soft_restart()  # the worker's held voices are gone; the server still holds the upload's fit
+    monkeypatch.setattr(StyleFitter, "fit", lambda *a, **k: pytest.fail("the uploaded clip was fitted again"))
+    again = list(service.follow(service.prepare(upload)))[-1]
+    assert isinstance(again, Take) and np.array_equal(again.result.audio, first.result.audio)

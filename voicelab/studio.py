@@ -34,8 +34,10 @@ from voicelab.history import History, HistoryEntry
 from voicelab.instruct.controls import resolve_style
 from voicelab.instruct.parser import ParsedInstruction
 from voicelab.instruct.style import Style
+from voicelab.lru import BoundedLRU
 from voicelab.settings import Settings
 from voicelab.style_words import with_style_words
+from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.intake import PromptIntake
 from voicelab.voice.prompt import PromptAudio
 from voicelab.voices import SavedVoice, fitted_voice, keep_fitted_voice
@@ -43,6 +45,7 @@ from voicelab.voices import SavedVoice, fitted_voice, keep_fitted_voice
 log = logging.getLogger(__name__)
 
 MAX_TAKES = 4
+FITTED_UPLOADS = 64  # voices fitted to clips that are not saved voices, kept by the server (256 floats each)
 MAX_WAIT_S = 86400.0  # a timeout past what the platform's clock can hold would raise, not wait
 QUEUE_POLL_S = 0.1  # how often a queued job's place in line is looked at
 
@@ -148,6 +151,9 @@ class GenerationService:
         self.settings = settings
         self.timeline = timeline
         self.intake = PromptIntake()  # a clip used again is not decoded and checked again
+        # A voice fitted to an uploaded clip, held here so that a Soft restart or a new worker does not fit it again
+        # (a saved voice keeps its fit on disk instead).
+        self.fitted_uploads: BoundedLRU[FittedStyle] = BoundedLRU(FITTED_UPLOADS)
         self._ready: WorkerReady | None = None
 
     @property
@@ -185,7 +191,7 @@ class GenerationService:
             instruction=instruction,
             sentence_silence_s=request.sentence_silence_s,
             options=dict(request.options),
-            fitted=fitted_voice(saved, self.backend().backend) if saved is not None else None,
+            fitted=self._fitted(prompt, saved),
         )
         checked = validate_request(base, self.capabilities(), self.settings.max_text_chars)
         requests = [checked]
@@ -243,9 +249,20 @@ class GenerationService:
         max_bytes = self.settings.max_upload_mb * 2**20
         return self.intake.load(prompt.source, prompt.transcript.strip(), max_bytes=max_bytes)
 
+    def _fitted(self, prompt: PromptAudio | None, saved: SavedVoice | None) -> FittedStyle | None:
+        """The voice the backend fitted to this clip before, if one was kept: with the saved voice, or here."""
+        backend = self.backend().backend
+        if saved is not None:
+            return fitted_voice(saved, backend)
+        return self.fitted_uploads.get(f"{backend}:{prompt.sha256}") if prompt is not None else None
+
     def _keep_fitted(self, saved: SavedVoice | None, request: SynthesisRequest, result: SynthesisResult) -> None:
-        """A voice the engine fitted for a saved voice is stored with it, once (a failed write costs a later fit)."""
-        if saved is None or result.fitted is None or result.fitted == request.fitted:
+        """A voice the engine fitted is kept: with a saved voice, on disk, once (a failed write costs a later fit);
+        for an uploaded clip, in ``fitted_uploads``."""
+        if result.fitted is None or result.fitted == request.fitted:
+            return
+        if saved is None:
+            self.fitted_uploads.put(f"{result.fitted.backend}:{result.fitted.prompt_sha256}", result.fitted)
             return
         try:
             keep_fitted_voice(saved, result.fitted)
