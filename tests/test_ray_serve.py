@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -134,11 +135,14 @@ def test_a_saved_voice_goes_back_to_the_replica_that_holds_its_profile(studio: R
     for voice in ("Ann", "Ann", "Bob", "Ann", "Bob", "Bob"):
         response = http.post("/v1/audio/speech", json={"input": "One line.", "voice": voice, "response_format": "wav"})
         assert response.status_code == 200, response.text
-    time.sleep(1.5)  # the replicas' next reports
-    caches = [r.engine.profile_cache for r in reports()]
-    # Each voice's profile was built once: every later request found it on the replica it went to.
-    assert sum(c.misses for c in caches if c is not None) - misses_before == 2
-    assert sum(c.hits for c in caches if c is not None) >= 4
+
+    def caches() -> list[Any]:
+        return [r.engine.profile_cache for r in reports() if r.engine.profile_cache is not None]
+
+    # Each voice's profile was built once: every later request found it on the replica it went to. The replicas
+    # report every second or so, so the counts are read once the last request's hit has been reported.
+    wait_for(lambda: sum(c.hits for c in caches()) >= 4, 15, "four profile hits reported")
+    assert sum(c.misses for c in caches()) - misses_before == 2
 
 
 def speak_in_thread(url: str, text: str, seed: int, answers: dict[int, httpx.Response]) -> threading.Thread:

@@ -254,8 +254,7 @@ def load_runtime(
     log.info("CosyVoice%d loaded from %s (%s, token cap %s)", version, model_dir, dtype, token_cap)
     runtime = UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
     runtime.decoder = decoder
-    runtime.first_audio.enabled = first_audio_first
-    runtime.first_audio.slots = wave_slots
+    runtime.first_audio = FirstAudioFirst(first_audio_first, slots=wave_slots)
     runtime.flow_graphs = install_flow_graphs(model.flow, flow_tf32) if flow_graphs else None
     _log_device_memory("flow graphs")
     if isinstance(decoder, DecodeBatcher):
