@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from tests.gpu_needs import ENGLISH_VOICE, GE2E, needs
+from tests.studio_helpers import saved_voice_request, streamed_lines_and_takes
 from voicelab.backends.kokoro.fitting import FitSettings, StyleFitter
 from voicelab.engine.inproc import InprocClient
 from voicelab.settings import Settings
-from voicelab.studio import GenerationRequest, GenerationService, PromptClip, Take
-from voicelab.ui.handlers import Studio
+from voicelab.studio import GenerationService, Take
 from voicelab.voice.analysis import f0_median_hz
 from voicelab.voice.intake import load_prompt
 from voicelab.voices import VoiceStore, fitted_voice
@@ -36,23 +36,13 @@ def client() -> Iterator[InprocClient]:
     engine.close()
 
 
-def asked(store: VoiceStore, voice_id: str, seed: int = 7) -> GenerationRequest:
-    saved = store.get(voice_id)
-    clip = PromptClip(saved.clip_path, "", saved)
-    return GenerationRequest(TEXT, kind="clone", language="en", seed=seed, prompt=clip)
-
-
 def test_a_saved_voice_is_fitted_on_the_gpu_with_progress_kept_and_spoken_at_its_pitch(
     client: InprocClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = VoiceStore(tmp_path / "voices")
     voice = store.save("Slt", (DATA / "arctic_slt_en_female.wav").read_bytes())
     service = GenerationService(client, None, client.settings)
-    lines, takes = [], []
-    for _, _, _, status, shown in Studio(service).run_streaming(asked(store, voice.voice_id)):
-        lines.append(status)
-        if shown is not None:
-            takes.append(shown.take)
+    lines, takes = streamed_lines_and_takes(service, saved_voice_request(store, voice.voice_id, TEXT))
     steps = FitSettings.steps
     assert f"Fitting voice: step 1 of {steps}…" in lines
     kept = fitted_voice(voice, "kokoro")
@@ -69,7 +59,7 @@ def test_a_saved_voice_is_fitted_on_the_gpu_with_progress_kept_and_spoken_at_its
     monkeypatch.setattr(StyleFitter, "fit", lambda *a, **k: pytest.fail("the kept voice was fitted again"))
     allocated = []
     for seed in range(12):
-        again = list(service.follow(service.prepare(asked(store, voice.voice_id, seed))))[-1]
+        again = list(service.follow(service.prepare(saved_voice_request(store, voice.voice_id, TEXT, seed))))[-1]
         assert isinstance(again, Take) and len(again.result.audio) > 3 * again.result.sample_rate
         torch.cuda.synchronize()
         allocated.append(torch.cuda.memory_allocated())

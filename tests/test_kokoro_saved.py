@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from tests.judges import assert_heard
+from tests.studio_helpers import saved_voice_request, streamed_lines_and_takes
 from voicelab.backends.kokoro.fitting import StyleFitter
 from voicelab.engine.inproc import InprocClient
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.settings import Settings
 from voicelab.studio import GenerationRequest, GenerationService, PromptClip, Take
-from voicelab.ui.handlers import Studio
 from voicelab.voice.analysis import f0_median_hz
 from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.intake import load_prompt
@@ -37,22 +37,13 @@ def client() -> Iterator[InprocClient]:
     engine.close()
 
 
-def asked(store: VoiceStore, voice_id: str) -> GenerationRequest:
-    saved = store.get(voice_id)
-    return GenerationRequest(TEXT, kind="clone", language="en", seed=7, prompt=PromptClip(saved.clip_path, "", saved))
-
-
 def test_a_saved_voice_is_fitted_once_with_progress_and_reused_after_a_restart(
     client: InprocClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = VoiceStore(tmp_path / "voices")
     voice = store.save("Reader", (DATA / "librivox_en_male.wav").read_bytes())
     service = GenerationService(client, None, client.settings)
-    lines, takes = [], []
-    for _, _, _, status, shown in Studio(service).run_streaming(asked(store, voice.voice_id)):
-        lines.append(status)
-        if shown is not None:
-            takes.append(shown.take)
+    lines, takes = streamed_lines_and_takes(service, saved_voice_request(store, voice.voice_id, TEXT))
     assert "Fitting voice: step 1 of 1…" in lines  # the UI's status line while the voice is fitted
     assert lines.index("Fitting voice: step 1 of 1…") < next(i for i, x in enumerate(lines) if "sentence" in x)
     first: Take = takes[0]
@@ -63,7 +54,7 @@ def test_a_saved_voice_is_fitted_once_with_progress_and_reused_after_a_restart(
     client.soft_restart()  # a fresh core: nothing fitted in memory
     assert client.core.voice.cache_stats().fitted_voices == 0
     monkeypatch.setattr(StyleFitter, "fit", lambda *a, **k: pytest.fail("the saved voice was fitted again"))
-    events = list(service.follow(service.prepare(asked(store, voice.voice_id))))
+    events = list(service.follow(service.prepare(saved_voice_request(store, voice.voice_id, TEXT))))
     again = events[-1]
     assert isinstance(again, Take) and not any(type(e).__name__ == "JobProgress" for e in events)
     assert np.array_equal(again.result.audio, first.result.audio)  # the kept vector speaks exactly as fitted

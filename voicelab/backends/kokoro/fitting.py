@@ -157,12 +157,14 @@ class StyleFitter:
     def pitch_scale(self, tokens: torch.Tensor, style: torch.Tensor, wanted_hz: float) -> float:
         """The F0 curve's scale at which the fitted voice speaks the held-out sentence at the prompt's median F0
         (``wanted_hz``, measured the same way); 1.0 where either has no voiced frames."""
+        if not wanted_hz > 0:
+            return 1.0
         scale = 1.0
         for _ in range(PITCH_ROUNDS):
             with torch.inference_mode():
                 audio = self.model(tokens, style[None], f0_scale=scale).audio
             spoken = f0_median_hz(audio.float().cpu().numpy(), SAMPLE_RATE)
-            if not wanted_hz > 0 or not spoken > 0:
+            if not spoken > 0:
                 return 1.0
             scale = min(max(scale * wanted_hz / spoken, F0_SCALES[0]), F0_SCALES[1])
         return scale
