@@ -25,7 +25,8 @@ FITS_JS = """
 
 
 def show_history(page: Any, query: str) -> None:
-    """The History tab, filtered by ``query`` (the tab's own refresh on select is waited for first)."""
+    """The History tab, filtered by ``query`` (the tab's own refresh on select and the click are one always-last
+    event, so the filtered list is what ends up shown)."""
     page.get_by_role("tab", name="History").click()
     page.wait_for_selector("#history-count", state="visible")
     page.fill("#history-filter textarea, #history-filter input", query)
@@ -38,8 +39,7 @@ def test_filter_confirm_reuse_and_use_as_prompt(page: Any, tone_app: RunningApp)
     tag = str(time.time_ns())
     apples, bananas = f"Alpha apples {tag}.", f"Beta bananas {tag} with a much longer sentence to wrap in the table."
     generate(page, apples)
-    page.click("#speak-text textarea")
-    generate(page, bananas)
+    generate(page, bananas)  # waits for the new take, not the player still showing the first
     show_history(page, f"bananas {tag}")
     wait_for_text(page, "#history-table", "Beta bananas", timeout=30000)
     wait_for_text(page, "#history-count", "1")
@@ -76,3 +76,18 @@ def test_filter_confirm_reuse_and_use_as_prompt(page: Any, tone_app: RunningApp)
     wait_for_text(page, "#history-table", "Beta bananas", present=False)
     wait_for_text(page, "#history-count", "0 saved generations matching the filter")
     page.wait_for_selector("#history-confirm-row", state="hidden")
+
+
+def test_a_take_that_ends_while_history_is_open_joins_the_filtered_list(page: Any, tone_app: RunningApp) -> None:
+    """Generate, then straight to History with a filter typed: whichever ends last, the take or the tab's own
+    refresh, the list shown is the filtered one and holds the new take."""
+    open_studio(page, tone_app)
+    tag = str(time.time_ns())
+    show_history(page, f"cherries {tag}")
+    wait_for_text(page, "#history-count", "0 saved generations matching the filter")
+    page.get_by_role("tab", name="Speak").click()
+    page.fill("#speak-text textarea", f"Gamma cherries {tag}.")
+    page.click("#speak-generate")
+    page.get_by_role("tab", name="History").click()
+    wait_for_text(page, "#history-table", f"Gamma cherries {tag}", timeout=30000)
+    wait_for_text(page, "#history-count", "1 saved generation matching the filter")

@@ -42,12 +42,17 @@ def open_studio(page: Any, app: RunningApp) -> None:
     page.wait_for_selector("#speak-text textarea")
 
 
+TAKE_JS = "() => { const a = document.querySelector('#speak-audio a.download-link[href]'); return a ? a.href : ''; }"
+
+
 def generate(page: Any, text: str) -> str:
-    """Type, press Generate, and return the URL the audio player got."""
+    """Type, press Generate, and return the URL of the new take (a player still showing the last one is not it)."""
+    before = page.evaluate(TAKE_JS)
     page.fill("#speak-text textarea", text)
     page.click("#speak-generate")
-    link = page.wait_for_selector("#speak-audio a.download-link[href]", timeout=30000)
-    return str(link.get_attribute("href"))
+    page.wait_for_function(f"(before) => {{ const now = ({TAKE_JS})(); return now && now !== before; }}", arg=before,
+                           timeout=30000)  # fmt: skip
+    return str(page.evaluate(TAKE_JS))
 
 
 def test_page_loads_with_tabs_and_panel(page: Any, tone_app: RunningApp) -> None:

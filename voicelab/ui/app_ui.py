@@ -42,6 +42,8 @@ from voicelab.voices import VOICES_DIRNAME, VoiceStore
 GENERATE_CONCURRENCY_HEADROOM = 1  # one more than the engine queue, so the engine (not Gradio) says "busy"
 TAB_KEYS = ("tab_speak", "tab_clone", "tab_design", "tab_history")
 QUIET: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private"}
+# History's tab is rendered once opened; before that, opening it refreshes the list anyway.
+PRESS_HISTORY_REFRESH = "() => { document.querySelector('#history-refresh')?.click(); }"
 
 
 @dataclass(frozen=True)
@@ -138,13 +140,14 @@ def _wire(demo: gr.Blocks, views: Views, handlers: Handlers, settings: Settings)
 
 
 def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> None:
-    """The three Generate buttons, each refreshing History when it succeeds, through the filter the History tab
-    shows (without it, a generation that ended after the user filtered replaced the filtered list with every entry).
+    """The three Generate buttons, each pressing History's Refresh when it succeeds: one always-last event for every
+    refresh, so the list shown is read with the filter as it is when the last refresh starts (a separate refresh
+    event read the filter when the generation ended and could land after a filtered one, showing every entry).
     Speak and Clone stream to the page's live player; API clients call ``/speak``, ``/clone`` and ``/design``
     (``_wire_api``)."""
     limit: dict[str, Any] = {"concurrency_limit": settings.queue_size + GENERATE_CONCURRENCY_HEADROOM}
     limit["concurrency_id"] = "generate"
-    speak, clone, design, history = views.speak, views.clone, views.design, views.history
+    speak, clone, design = views.speak, views.clone, views.design
     page: dict[str, Any] = {"preprocess": False, "api_visibility": "private", **limit}
     gr.on(
         [speak.generate.click, speak.text.submit],
@@ -153,7 +156,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         outputs=[speak.live, speak.subtitles, speak.audio, speak.meta],
         api_name="speak_live",
         **page,
-    ).success(handlers.history.refresh, inputs=history.query, outputs=history.listing, **QUIET)
+    ).success(None, js=PRESS_HISTORY_REFRESH)
     gr.on(
         [clone.generate.click],
         handlers.studio.clone,
@@ -161,7 +164,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         outputs=[clone.live, clone.subtitles, clone.audio, clone.meta, clone.figures],
         api_name="clone_live",
         **page,
-    ).success(handlers.history.refresh, inputs=history.query, outputs=history.listing, **QUIET)
+    ).success(None, js=PRESS_HISTORY_REFRESH)
     gr.on(
         [design.generate.click],
         handlers.studio.design,
@@ -169,7 +172,7 @@ def _wire_generation(views: Views, handlers: Handlers, settings: Settings) -> No
         outputs=[*design.takes_audio, design.meta, design.style.parsed],
         api_name="design_takes",
         **page,
-    ).success(handlers.history.refresh, inputs=history.query, outputs=history.listing, **QUIET)
+    ).success(None, js=PRESS_HISTORY_REFRESH)
     _wire_api(views, handlers, limit)
 
 
