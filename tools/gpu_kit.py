@@ -1,7 +1,7 @@
 """Build the wheel kit that runs VoiceLab (studio, API server, CosyVoice) on a GPU image without internet.
 
     python -m tools.gpu_kit --out kit [--python 3.12] [--machine x86_64] [--part-mib 56]
-        [--build-python python3.12] [--without NAME,...] [--with-cluster]
+        [--build-python python3.12] [--without NAME,...] [--with-cluster] [--with-onnxruntime-gpu]
 
 On a machine that reaches PyPI: VoiceLab's pins (requirements-cosyvoice.txt over requirements.txt, and
 requirements-nodeps.txt) minus what the GPU image already has (``kit_plan.IMAGE_PACKAGES``), with every dependency
@@ -12,7 +12,9 @@ into ``kit/part1``, ``kit/part2``, ... of at most ``--part-mib`` each, so that e
 folder beside the code; ``kit/MANIFEST.txt`` lists each part, what the image provides instead, what was left out and
 why, and the install command. Without a build Python for the target, the sources go into the kit instead and the
 manifest gives the command that builds them on the GPU machine (which has compilers). ``--with-cluster`` adds
-requirements-dev.txt's ``ray[serve]`` pin (``serve --ray``) and packs what only it needs into parts of their own.
+requirements-dev.txt's ``ray[serve]`` pin (``serve --ray``) and packs what only it needs into parts of their own;
+``--with-onnxruntime-gpu`` adds onnxruntime's CUDA build (``kit_plan.ONNXRUNTIME_GPU``) in parts of its own, for a
+new CosyVoice voice's speech tokenizer on the GPU.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from email.parser import HeaderParser
 from pathlib import Path
 
@@ -36,6 +38,7 @@ from tools.kit_plan import (
     GROUPS,
     LEFT_OUT,
     MIB,
+    ONNXRUNTIME_GPU,
     Dist,
     Pin,
     Target,
@@ -201,6 +204,7 @@ def manifest(
     from_image: list[str],
     notes: list[str],
     cluster: frozenset[str] = frozenset(),
+    left_out: Mapping[str, str] = LEFT_OUT,
 ) -> str:
     lines = [f"VoiceLab GPU kit: {len(result.chosen)} wheels in {len(parts)} parts"]
     for number, files in enumerate(parts, start=1):
@@ -208,7 +212,7 @@ def manifest(
         group = _group_of_file(files[0], cluster)
         lines.append(f"part{number} ({group}): {len(files)} files, {size / MIB:.1f} MiB: {' '.join(files)}")
     lines.append(f"from the image (pins left to its own version): {' '.join(from_image)}")
-    lines += [f"left out: {name}: {why}" for name, why in sorted(LEFT_OUT.items())]
+    lines += [f"left out: {name}: {why}" for name, why in sorted(left_out.items())]
     lines += [f"conflict: {problem}" for problem in result.problems]
     lines += notes
     lines.append("core: app.py, the API server and CosyVoice on its built-in voice; the English voice adds the")
@@ -233,13 +237,17 @@ def cluster_pins() -> list[Pin]:
 
 def build(args: argparse.Namespace) -> int:
     target = Target(python=args.python, machine=args.machine)
+    left_out = dict(LEFT_OUT)
     for name in filter(None, (n.strip() for n in args.without.split(","))):
-        LEFT_OUT.setdefault(canonicalize_name(name), "asked to (--without)")
+        left_out.setdefault(canonicalize_name(name), "asked to (--without)")
     files = ("requirements-cosyvoice.txt", "requirements.txt", "requirements-nodeps.txt")
     cosyvoice, runtime, nodeps = (read_pins((ROOT / f).read_text()) for f in files)
-    one_host = wanted(cosyvoice, runtime, nodeps)
+    if args.with_onnxruntime_gpu:
+        left_out.pop("onnxruntime-gpu", None)
+        runtime += read_pins(ONNXRUNTIME_GPU)
+    one_host = wanted(cosyvoice, runtime, nodeps, left_out=left_out)
     extra = cluster_pins() if args.with_cluster else []
-    pins = wanted(cosyvoice, [*runtime, *extra], nodeps)
+    pins = wanted(cosyvoice, [*runtime, *extra], nodeps, left_out=left_out)
     sources = [p.spec for p in pins.walked.values() if p.name in BUILT_FROM_SOURCE]
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     if args.out.exists():
@@ -248,12 +256,12 @@ def build(args: argparse.Namespace) -> int:
     wheels.mkdir(parents=True)
     notes = build_sources(sources, wheels, build_python(args.build_python, target), pip)
     built = [wheel_dist(p) for p in wheels.glob("*.whl")]
-    result = walk(pins, PipFetch(wheels, target, pip), target, given=built)
+    result = walk(pins, PipFetch(wheels, target, pip), target, given=built, left_out=left_out)
     roots = [*one_host.walked.values(), *one_host.unwalked.values()]
     cluster = cluster_only(result, roots, target) if extra else frozenset()
     parts = write_parts(wheels, args.out, int(args.part_mib * MIB), cluster)
     wheels.rmdir()
-    text = manifest(args.out, parts, result, [p.name for p in pins.from_image], notes, cluster)
+    text = manifest(args.out, parts, result, [p.name for p in pins.from_image], notes, cluster, left_out)
     (args.out / "MANIFEST.txt").write_text(text)
     print(text, end="")
     return 1 if result.problems else 0
@@ -268,6 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--build-python", default="", help="an interpreter of --python to build sdists with")
     parser.add_argument("--without", default="", help="more package names to leave out, comma-separated")
     parser.add_argument("--with-cluster", action="store_true", help="add Ray Serve (serve --ray) in parts of its own")
+    ort_help = "add onnxruntime's CUDA build (a new CosyVoice voice's tokenizer) in parts of its own"
+    parser.add_argument("--with-onnxruntime-gpu", action="store_true", help=ort_help)
     sub = parser.add_subparsers(dest="command")
     setup = sub.add_parser("install", help="on the GPU machine: install carried parts (pieces joined)")
     setup.add_argument("parts", type=Path, nargs="+")

