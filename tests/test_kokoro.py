@@ -16,7 +16,7 @@ from tests.judges import assert_heard
 from voicelab.backends.base import SpeechRequest
 from voicelab.backends.kokoro.backend import KokoroBackend, KokoroVoices, create
 from voicelab.backends.kokoro.config import KokoroDims
-from voicelab.backends.kokoro.fitting import FitSettings, StyleFitter
+from voicelab.backends.kokoro.fitting import HELD_OUT_TEXT, FitSettings, StyleFitter
 from voicelab.backends.kokoro.frontend import kokoro_phonemes, read_vocab, split_long
 from voicelab.backends.kokoro.model import KokoroModel
 from voicelab.backends.kokoro.parity import compare, reference_session
@@ -129,3 +129,19 @@ def test_the_registry_names_kokoro_with_the_mandarin_voice_for_chinese() -> None
     voices = create(Settings(backend="kokoro"))
     assert isinstance(voices, KokoroVoices)
     assert voices.capabilities.native_cloning and voices.capabilities.languages == ("en", "zh")
+
+
+def test_the_start_packs_are_spoken_once_per_fitter_not_once_per_prompt(
+    backend: KokoroBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fitter = StyleFitter(backend.model, backend.frontend, backend.packs, "cpu", backend.fit_settings)
+    held = fitter.tokens(HELD_OUT_TEXT)
+    starts = {"jm_kumo": torch.from_numpy(backend.packs.style("jm_kumo", held.shape[1] - 2))}
+    spoken = []
+    embedding = fitter.embedding
+    monkeypatch.setattr(fitter, "embedding", lambda *a: spoken.append(1) or embedding(*a))
+    prompts = torch.nn.functional.normalize(torch.randn(2, 256, generator=torch.Generator().manual_seed(0)), dim=1)
+    first, second = (fitter.pack_scores(starts, held, target) for target in prompts)
+    assert len(spoken) == 1  # the second prompt's start is chosen without speaking the pack again
+    assert first["jm_kumo"] != second["jm_kumo"]
+    assert second["jm_kumo"] == pytest.approx(fitter.similarity(held, starts["jm_kumo"], prompts[1]), abs=1e-5)
