@@ -14,9 +14,13 @@ import torch
 
 from tests.judges import assert_heard
 from tests.studio_helpers import saved_voice_request, streamed_lines_and_takes
+from voicelab.backends.base import SpeechRequest
+from voicelab.backends.kokoro.backend import KokoroBackend
 from voicelab.backends.kokoro.fitting import StyleFitter
+from voicelab.backends.kokoro.voices import FEMALE_VOICE
 from voicelab.engine.inproc import InprocClient
 from voicelab.engine.messages import SynthesisRequest
+from voicelab.instruct.style import Gender, Style
 from voicelab.settings import Settings
 from voicelab.studio import GenerationRequest, GenerationService, PromptClip, Take
 from voicelab.voice.analysis import f0_median_hz
@@ -112,3 +116,21 @@ def test_an_uploaded_clip_is_fitted_once_and_not_again_after_a_soft_restart(
     monkeypatch.setattr(StyleFitter, "fit", lambda *a, **k: pytest.fail("the uploaded clip was fitted again"))
     again = list(service.follow(service.prepare(upload)))[-1]
     assert isinstance(again, Take) and np.array_equal(again.result.audio, first.result.audio)
+
+
+def test_a_womans_voice_is_a_womans_pack_not_the_mans_moved_up(client: InprocClient) -> None:
+    """Asked for a woman's voice without a prompt, Kokoro speaks in a woman's pack (closer to women's voices by
+    ECAPA and rated higher by DNSMOS than the default man's pack moved to a woman's pitch: docs/kokoro.md), and the
+    engine sets the style against that pack's own pitch, so it is not moved further up."""
+    text = "Glue the sheet to the dark blue background."
+    woman = client.synthesize(SynthesisRequest(text=text, language="en", seed=3, style=Style(gender=Gender.FEMALE)))
+    man = client.synthesize(SynthesisRequest(text=text, language="en", seed=3, style=Style(gender=Gender.MALE)))
+    pack = KokoroBackend(voice=FEMALE_VOICE)
+    pack.load("cpu", "float32")
+    own = np.concatenate([c.audio for c in pack.synthesize(SpeechRequest(text, "en", seed=3))])
+    spoken = woman.audio[: len(own)]
+    assert len(woman.audio) == pytest.approx(len(own), rel=0.02)
+    assert np.corrcoef(spoken, own[: len(spoken)])[0, 1] > 0.9  # the pack itself, not a transform of the man's
+    assert abs(f0_median_hz(woman.audio, woman.sample_rate) / f0_median_hz(own, 24000) - 1) < 0.05
+    assert f0_median_hz(man.audio, man.sample_rate) < 130 < f0_median_hz(woman.audio, woman.sample_rate)
+    assert_heard(text, woman.audio, woman.sample_rate, "en", bound=0.25)

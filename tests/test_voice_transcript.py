@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from voicelab.engine.calibration import CALIBRATION_TEXTS, HELD_OUT_TEXTS, calibration_text
 from voicelab.engine.core import EngineCore
 from voicelab.engine.messages import SynthesisRequest
-from voicelab.engine.voicing import CALIBRATION_TEXTS, HELD_OUT_TEXTS, calibration_text
 from voicelab.voice.intake import load_prompt
 from voicelab.voice.prompt import PromptAudio
 

@@ -56,6 +56,9 @@ class Capabilities:
     batch together only with equal values of these.
     concurrent_jobs: how many jobs the backend runs side by side, a new one joining while others run (its own
     batching happens below the request, as CosyVoice's shared decode step); 1: one job or micro-batch at a time.
+    gendered_voice_languages: languages in which it has a voice of each gender and, without a prompt, speaks in the
+    one ``SpeechRequest.style.gender`` names (Kokoro's packs); the engine then measures that voice's own pitch
+    before adding an age or gender target, instead of moving the default voice there.
     """
 
     languages: tuple[str, ...]
@@ -71,6 +74,11 @@ class Capabilities:
     batch_split_options: tuple[str, ...] = ()
     concurrent_jobs: int = 1
     native_cloning_languages: tuple[str, ...] = ()
+    gendered_voice_languages: tuple[str, ...] = ()
+
+    def voices_gender(self, language: str) -> bool:
+        """Whether the backend picks a voice of the asked gender in ``language`` (see the class docstring)."""
+        return language in self.gendered_voice_languages
 
     def clones_natively(self, language: str) -> bool:
         """Whether the backend itself moves its voice toward the prompt in ``language``."""

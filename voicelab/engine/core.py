@@ -47,6 +47,7 @@ from voicelab.engine.scoring import CloneScores
 from voicelab.engine.validation import AUTO_LANGUAGE, validate_request
 from voicelab.engine.voicing import Finished, VoicePlan, VoiceStage, join_chunks, render_many
 from voicelab.errors import BackendLoadError, BackendRuntimeError
+from voicelab.instruct.style import Gender, Style
 from voicelab.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -331,9 +332,10 @@ class EngineCore:
             if close is not None:
                 close()
 
-    def _calibration(self, language: str, text: str) -> tuple[np.ndarray, int]:
-        """The backend voice saying ``text`` plainly (the matcher's search, the neutral figures of a voice)."""
-        chunks = self.backend.synthesize(SpeechRequest(text, language, sentence_silence_s=0.0), run_plainly)
+    def _calibration(self, language: str, text: str, gender: Gender | None = None) -> tuple[np.ndarray, int]:
+        """The backend voice (of ``gender``, where it has one) saying ``text`` plainly (``calibration.Calibrate``)."""
+        request = SpeechRequest(text, language, style=Style(gender=gender), sentence_silence_s=0.0)
+        chunks = self.backend.synthesize(request, run_plainly)
         return join_chunks([c.audio for c in chunks]), self.capabilities.sample_rate
 
     def _guard(self, full: Callable[[], T], pieces: Callable[[], T]) -> T:

@@ -18,52 +18,37 @@ from typing import TypeVar
 import numpy as np
 
 from voicelab.backends.base import AudioChunk, Capabilities, SpeechRequest
-from voicelab.backends.scripts import languages_in
+from voicelab.engine.calibration import (
+    HELD_OUT_TEXTS,
+    Calibrate,
+    NeutralVoices,
+    calibration_text,
+)
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.engine.scoring import CloneScorer, CloneScores, Scored
 from voicelab.errors import BackendLoadError, InvalidPromptError
 from voicelab.instruct.check import StyleCheck
 from voicelab.instruct.render import StyleAdjust, style_adjust
-from voicelab.instruct.style import Style
+from voicelab.instruct.style import Gender, Style
 from voicelab.voice.cache import CachedVoice, ProfileCache, ProfileCacheStats
 from voicelab.voice.dsp import RENDERERS, VoiceTransform, apply_transform, apply_transforms
 from voicelab.voice.encoder import SpeakerEncoder
 from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.matcher import VoiceMatcher, median_f0
-from voicelab.voice.measure import NeutralVoice, Requested, check_style, neutral_voice, spoken_units
+from voicelab.voice.measure import NeutralVoice, Requested, check_style
 from voicelab.voice.profile import SpeakerProfile, build_profile, scoring_profile
 from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Calibrate = Callable[[str, str], tuple[np.ndarray, int]]  # (language, text) -> the backend voice saying it
 
-CALIBRATION_TEXTS = {
-    "en": "The quick brown fox jumps over the lazy dog, then rests a while in the warm afternoon sun.",
-    "zh": "今天天气很好，我们一起去公园散步，然后坐在树下聊天。",
-}
-# A sentence the match search never sees: its transform is kept only where it beats the unmatched voice here too.
-HELD_OUT_TEXTS = {
-    "en": "Glue the sheet to the dark blue background, then open the window and let the evening air in.",
-    "zh": "他在图书馆借了三本关于历史的书，然后慢慢地走回了家。",
-}
+
 FELL_BACK = (
     "Voice matching did not bring the {language} voice closer to this prompt on a sentence it had not seen, so the "
     "unmatched voice is used."
 )
 LANGUAGE_NAMES = {"en": "English", "zh": "Chinese"}
-TRANSCRIPT_UNITS = (20, 400)  # a transcript this long (letters/characters) is the calibration sentence
-
-
-def calibration_text(language: str, prompt: PromptAudio | None) -> str:
-    """The prompt's own transcript where the voice speaks its language (the same words make the closest
-    comparison to the prompt), else the fixed sentence of that language."""
-    transcript = prompt.transcript.strip() if prompt is not None else ""
-    low, high = TRANSCRIPT_UNITS
-    if transcript and languages_in(transcript) == (language,) and low <= spoken_units(transcript) <= high:
-        return transcript
-    return CALIBRATION_TEXTS.get(language, CALIBRATION_TEXTS["en"])
 
 
 @dataclass(frozen=True)
@@ -177,7 +162,7 @@ class VoiceStage:
         self.cache = ProfileCache(cache_capacity)
         self._matcher: VoiceMatcher | None = None
         self.scorer = CloneScorer(device)
-        self._neutral: dict[str, NeutralVoice] = {}
+        self._neutral = NeutralVoices(device)
 
     @property
     def matcher(self) -> VoiceMatcher:
@@ -200,8 +185,10 @@ class VoiceStage:
         cached = self.voice_for(request.prompt, to_match, calibrate) if request.prompt else None
         profile = cached.profile if cached else None
         styled = not capabilities.native_instructions and not request.style.is_neutral
+        gender = request.style.gender if request.prompt is None else None  # a prompt's voice is the prompt's
+        voiced = {lang: gender if capabilities.voices_gender(lang) else None for lang in languages}
         adjusts = {
-            language: self._adjust(request, language, profile if language in to_match else None, calibrate)
+            language: self._adjust(request, language, profile if language in to_match else None, calibrate, voiced)
             for language in languages
         }
         first = adjusts[languages[0]] if adjusts else StyleAdjust()
@@ -218,12 +205,12 @@ class VoiceStage:
                 transform = replace(transform, pitch_semitones=0.0)
             match = cached.match(language) if cached is not None and language in to_match else None
             transforms[language] = match.transform.composed_with(transform) if match else transform
-        speech = self._speech(request, seed, capabilities, first, model_pitch)
+        speech = self._speech(request, seed, capabilities, first, model_pitch, any(voiced.values()))
         if capabilities.native_cloning:
             speech = replace(speech, fitted=self._fitted(request, cached))
         requested = Requested(first.length_scale_factor, first.requested_pitch_st, first.gain_db) if styled else None
         first_matched = profile if languages and languages[0] in to_match else None
-        reference = self._pitch_reference(languages[0], first_matched, model_pitch, calibrate)
+        reference = self._pitch_reference(languages[0], first_matched, model_pitch, calibrate, voiced)
         notices = request.prompt.notices if request.prompt else ()
         if cached is not None and matched:
             fell_back = [lang for lang in to_match if (m := cached.match(lang)) is not None and m.fell_back]
@@ -251,19 +238,34 @@ class VoiceStage:
             log.info("fitted voice for %s not held: its profile left the cache", fitted.prompt_sha256[:12])
 
     def _adjust(
-        self, request: SynthesisRequest, language: str, profile: SpeakerProfile | None, calibrate: Calibrate
+        self,
+        request: SynthesisRequest,
+        language: str,
+        profile: SpeakerProfile | None,
+        calibrate: Calibrate,
+        voiced: Mapping[str, Gender | None],
     ) -> StyleAdjust:
-        """The style on this language's voice (an age/gender target needs the voice's own pitch)."""
+        """The style on this language's voice (an age/gender target needs the voice's own pitch: the one the
+        backend speaks in, its voice of the asked gender included)."""
         style = request.style
         if style.age is None and style.gender is None:
             return style_adjust(style)
-        own = profile.f0_median_hz if profile is not None else self.neutral(language, calibrate).f0_hz
-        return style_adjust(style, own)
+        if profile is not None:
+            return style_adjust(style, profile.f0_median_hz)
+        return style_adjust(style, self.neutral(language, calibrate, voiced.get(language)).f0_hz)
 
     def _speech(
-        self, request: SynthesisRequest, seed: int, capabilities: Capabilities, adjust: StyleAdjust, model_pitch: bool
+        self,
+        request: SynthesisRequest,
+        seed: int,
+        capabilities: Capabilities,
+        adjust: StyleAdjust,
+        model_pitch: bool,
+        gendered: bool,
     ) -> SpeechRequest:
+        """What the backend is asked (``gendered``: it speaks in its voice of the style's gender)."""
         native = capabilities.native_instructions
+        pitch = adjust.pitch_semitones or None if model_pitch else None
         return SpeechRequest(
             text=request.text,
             language=request.language,
@@ -272,26 +274,26 @@ class VoiceStage:
             prompt=request.prompt if capabilities.native_cloning else None,
             style=request.style
             if native
-            else Style(pitch_semitones=adjust.pitch_semitones or None if model_pitch else None),
+            else Style(pitch_semitones=pitch, gender=request.style.gender if gendered else None),
             instruction=request.instruction if native else "",
             sentence_silence_s=request.sentence_silence_s,
             options=dict(request.options),
         )
 
     def _pitch_reference(
-        self, language: str, profile: SpeakerProfile | None, model_pitch: bool, calibrate: Calibrate
+        self,
+        language: str,
+        profile: SpeakerProfile | None,
+        model_pitch: bool,
+        calibrate: Calibrate,
+        voiced: Mapping[str, Gender | None],
     ) -> float | None:
         if profile is not None:
             return profile.f0_median_hz  # the matched voice sits on the prompt's pitch
-        return self.neutral(language, calibrate).f0_hz if model_pitch else None
+        return self.neutral(language, calibrate, voiced.get(language)).f0_hz if model_pitch else None
 
-    def neutral(self, language: str, calibrate: Calibrate) -> NeutralVoice:
-        """The voice of ``language`` without style, measured once on its fixed sentence."""
-        if language not in self._neutral:
-            text = CALIBRATION_TEXTS.get(language, CALIBRATION_TEXTS["en"])
-            audio, sr = calibrate(language, text)
-            self._neutral[language] = neutral_voice(audio, sr, text, self.device)
-        return self._neutral[language]
+    def neutral(self, language: str, calibrate: Calibrate, gender: Gender | None = None) -> NeutralVoice:
+        return self._neutral.get(language, calibrate, gender)
 
     def voice_for(self, prompt: PromptAudio, languages: tuple[str, ...], calibrate: Calibrate) -> CachedVoice:
         """The cached profile for this prompt, built on a miss and matched (once) to each voice in ``languages``."""
@@ -353,8 +355,10 @@ class VoiceStage:
         """Requested vs measured duration, pitch and loudness (None without a style the engine rendered)."""
         if plan.requested is None or len(output) == 0:
             return None
-        language = plan.speech.language if plan.speech.language in self._neutral else next(iter(plan.transforms), "en")
-        neutral = self.neutral(language, calibrate)
+        gender = plan.speech.style.gender  # set where the backend speaks in its voice of that gender
+        known = self._neutral.languages()
+        language = plan.speech.language if plan.speech.language in known else next(iter(plan.transforms), "en")
+        neutral = self.neutral(language, calibrate, gender)
         reference = plan.pitch_reference_hz
         return check_style(
             draft, output, sample_rate, plan.speech.text, plan.requested, neutral, reference, self.device

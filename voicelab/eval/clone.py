@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from voicelab.engine.voicing import CALIBRATION_TEXTS as ENGINE_CALIBRATION
-from voicelab.engine.voicing import HELD_OUT_TEXTS, calibration_text
+from voicelab.engine.calibration import CALIBRATION_TEXTS as ENGINE_CALIBRATION
+from voicelab.engine.calibration import HELD_OUT_TEXTS, calibration_text
 from voicelab.errors import InvalidPromptError
 from voicelab.eval.clone_report import EvalReport, PromptEval, format_report
 from voicelab.eval.voices import SYNTHESIZERS, Synthesize

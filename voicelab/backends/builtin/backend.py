@@ -59,6 +59,7 @@ class BuiltinVoices:
             dtypes=dtypes,
             options=tuple(o for p in parts for o in p.options),
             native_pitch_languages=tuple(lang for p in parts for lang in p.native_pitch_languages),
+            gendered_voice_languages=tuple(lang for p in parts for lang in p.gendered_voice_languages),
             batching=any(p.batching for p in parts),
             batch_bytes_per_char=max(p.batch_bytes_per_char for p in parts),
         )

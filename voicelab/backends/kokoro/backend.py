@@ -25,10 +25,11 @@ from voicelab.backends.kokoro.config import SAMPLE_RATE, STYLE_DIM
 from voicelab.backends.kokoro.fitting import FitSettings, StyleFitter
 from voicelab.backends.kokoro.frontend import KokoroFrontend, KokoroSentence
 from voicelab.backends.kokoro.model import KokoroModel
-from voicelab.backends.kokoro.voices import DEFAULT_VOICE, VoicePacks, read_voice_packs
+from voicelab.backends.kokoro.voices import DEFAULT_VOICE, FEMALE_VOICE, VoicePacks, read_voice_packs
 from voicelab.backends.kokoro.weights import load_kokoro_model
 from voicelab.backends.torch_device import checked_device
 from voicelab.errors import BackendLoadError, InvalidSettingError
+from voicelab.instruct.style import Gender
 from voicelab.settings import Settings
 from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.prompt import PromptAudio
@@ -57,7 +58,17 @@ class KokoroBackend:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(languages=("en",), sample_rate=SAMPLE_RATE, native_cloning=True, streaming=True)
+        return Capabilities(
+            languages=("en",),
+            sample_rate=SAMPLE_RATE,
+            native_cloning=True,
+            streaming=True,
+            gendered_voice_languages=("en",),
+        )
+
+    def voice_for(self, gender: Gender | None) -> str:
+        """The pack that speaks without a prompt: a woman's pack where a woman's voice is asked, else the set one."""
+        return FEMALE_VOICE if gender is Gender.FEMALE else DEFAULT_VOICE if gender is Gender.MALE else self.voice
 
     def load(self, device: str, dtype: str) -> None:
         """float32 only (the int8 source leaves nothing to gain from half precision in the fit's gradients)."""
@@ -107,11 +118,12 @@ class KokoroBackend:
             return request.fitted
         return self.fit(prompt, request.on_fit)
 
-    def style_for(self, fitted: FittedStyle | None, n_tokens: int) -> torch.Tensor:
-        """[1, 256] on the device: the fitted vector, else the pack's row for this length."""
+    def style_for(self, fitted: FittedStyle | None, n_tokens: int, voice: str | None = None) -> torch.Tensor:
+        """[1, 256] on the device: the fitted vector, else the pack's (``voice``, default the set one) row for this
+        length."""
         if fitted is not None:
             return torch.tensor(fitted.vector, dtype=torch.float32, device=self.device)[None]
-        return torch.from_numpy(self.packs.style(self.voice, n_tokens)).to(self.device)[None]
+        return torch.from_numpy(self.packs.style(voice or self.voice, n_tokens)).to(self.device)[None]
 
     def speak(
         self,
@@ -134,8 +146,9 @@ class KokoroBackend:
         silence = np.zeros(round(request.sentence_silence_s * SAMPLE_RATE), np.float32)
         fitted = self.voice_of(request)  # once per request, before the first sentence
         f0_scale = fitted.f0_scale if fitted is not None else 1.0
+        voice = self.voice_for(request.style.gender)
         for index, sentence in enumerate(sentences):
-            style = self.style_for(fitted, len(sentence.ids))
+            style = self.style_for(fitted, len(sentence.ids), voice)
             run = functools.partial(self.speak, sentence, style, request.speed, noise, f0_scale)
             audio = guard(run, run)  # one sentence is the smallest piece there is
             audio = np.clip(audio, -1.0, 1.0).astype(np.float32)
