@@ -46,6 +46,7 @@ class NativeCloneBackend:
         self.chunk_delay_s = float(settings.backend_option("chunk_delay_s", str(CHUNK_DELAY_S)))
         gate = settings.backend_option("gate_file")
         self.gate = Path(gate) if gate else None
+        self.fit_steps = int(settings.backend_option("fit_steps", "0"))  # a prompt's "fit" reports this many steps
 
     @property
     def capabilities(self) -> Capabilities:
@@ -68,6 +69,8 @@ class NativeCloneBackend:
         if not sentences:
             raise InvalidTextError("Please type some text to speak.")
         hz = prompt_pitch_hz(request.prompt.samples, request.prompt.sample_rate) if request.prompt else 220.0
+        for step in range(1, self.fit_steps + 1 if request.prompt and request.on_fit else 1):
+            request.on_fit.progress(step, self.fit_steps)  # type: ignore[union-attr]
         gain = 10 ** ((request.style.volume_db or 0.0) / 20)
         for index, sentence in enumerate(sentences):
             if index:

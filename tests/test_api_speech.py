@@ -33,7 +33,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     settings = Settings(
         backend=NATIVE,
         outputs_dir=str(outputs),
-        backend_options=f"chunk_delay_s=0.05,gate_file={gate}",
+        backend_options=f"chunk_delay_s=0.05,gate_file={gate},fit_steps=3",
         queue_size=1,
         max_text_chars=2000,
         max_upload_mb=1,
@@ -122,6 +122,21 @@ def test_sse_sends_base64_deltas_then_done(http: httpx.Client) -> None:
     body = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
     audio, rate = decode(body)
     assert abs(len(audio) / rate - TEXT_S) < 0.01
+
+
+def test_sse_tells_a_voices_fit_step_by_step_before_its_audio(http: httpx.Client, ann: dict[str, object]) -> None:
+    """A new voice's fit can take minutes on a CPU (Kokoro): an SSE caller sees its steps as they happen, as the
+    studio's status line does, instead of silence until the first audio; plain audio streams are unchanged."""
+    response = speech(http, voice="ann", stream_format="sse")
+    events = [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
+    kinds = [e["type"] for e in events]
+    progress = [e for e in events if e["type"] == "voicelab.progress"]
+    assert [(e["step"], e["total"]) for e in progress] == [(1, 3), (2, 3), (3, 3)]
+    assert progress[-1]["message"] == "fitting voice: step 3 of 3"
+    assert kinds.index("speech.audio.delta") > kinds.index("voicelab.progress") and kinds[-1] == "speech.audio.done"
+    audio, rate = decode(b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"))
+    assert abs(len(audio) / rate - TEXT_S) < 0.01 and abs(prompt_pitch_hz(audio, rate) - 180.0) < 8
+    assert rate == int(response.headers["x-sample-rate"])
 
 
 def test_a_voice_by_id_object_and_by_id_string(http: httpx.Client, ann: dict[str, object]) -> None:

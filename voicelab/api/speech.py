@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import json
 import logging
 import secrets
@@ -27,17 +28,17 @@ from voicelab.api.audio import FORMATS, StreamEncoder, output_rate
 from voicelab.api.auth import Caller
 from voicelab.api.context import ApiContext
 from voicelab.api.errors import ApiError, api_field, status_of
-from voicelab.engine.messages import ChunkReady
+from voicelab.engine.messages import ChunkReady, JobProgress
 from voicelab.engine.validation import MAX_FIELD_CHARS, SPEED_LIMITS, as_number, as_seed, as_text
 from voicelab.errors import VoiceLabError
 from voicelab.owners import Login
-from voicelab.studio import GenerationRequest, PreparedGeneration, PromptClip, Take
+from voicelab.studio import GenerationRequest, PreparedGeneration, PromptClip, Queued, Take
 from voicelab.subtitles import cues, to_srt
 from voicelab.voices import SavedVoice, VoiceNotFoundError
 
 log = logging.getLogger(__name__)
 
-Event = ChunkReady | Take
+Event = Queued | JobProgress | ChunkReady | Take
 OUTCOME_BY_STATUS = {400: "invalid", 404: "not_found", 413: "too_large", 429: "busy", 503: "unavailable"}
 
 
@@ -131,14 +132,25 @@ def _request(ctx: ApiContext, body: SpeechBody, caller: Login) -> GenerationRequ
     )
 
 
-def _start(ctx: ApiContext, body: SpeechBody, caller: Login) -> tuple[PreparedGeneration, ChunkReady, Iterator[Event]]:
-    """Validate, submit and wait for the first chunk: every refusal is raised here, before any byte is sent."""
+def _start(ctx: ApiContext, body: SpeechBody, caller: Login) -> tuple[PreparedGeneration, Event, Iterator[Event]]:
+    """Validate, submit and wait for the first event: every refusal is raised here, before any byte is sent. The
+    first event is the first chunk, except with ``stream_format`` sse, where a place in the queue or a voice fit's
+    step comes first as an event of its own (so what fails after one comes as an ``error`` event)."""
     ctx.require_ready()
     prepared = ctx.service.prepare(_request(ctx, body, caller))
-    events = ctx.service.stream(prepared)
-    first = next(events)
-    assert isinstance(first, ChunkReady), "a job yields at least one chunk before its take"
-    return prepared, first, events
+    events: Iterator[Event] = (
+        ctx.service.follow(prepared) if body.stream_format == "sse" else ctx.service.stream(prepared)
+    )
+    return prepared, next(events), events
+
+
+def _progress(event: Queued | JobProgress) -> dict[str, object]:
+    """VoiceLab's own SSE events before the audio (OpenAI's clients skip types they do not know)."""
+    if isinstance(event, Queued):
+        return {"type": "voicelab.queued", "ahead": event.ahead, "waited_s": round(event.waited_s, 1),
+                "waiting_for_worker": event.no_worker}  # fmt: skip
+    return {"type": "voicelab.progress", "stage": event.stage, "step": event.step, "total": event.total,
+            "message": event.line()}  # fmt: skip
 
 
 def _audio_body(ctx: ApiContext, fmt: str, first: ChunkReady, events: Iterator[Event], began: float) -> Iterator[bytes]:
@@ -148,7 +160,7 @@ def _audio_body(ctx: ApiContext, fmt: str, first: ChunkReady, events: Iterator[E
         for event in events:
             if isinstance(event, ChunkReady):
                 yield encoder.feed(event.chunk.audio)
-            else:
+            elif isinstance(event, Take):
                 yield encoder.close()
                 ctx.metrics.finished("ok", time.monotonic() - began, event.result)
     except VoiceLabError as exc:  # the status line is gone: the body simply ends short, and the log says why
@@ -157,9 +169,9 @@ def _audio_body(ctx: ApiContext, fmt: str, first: ChunkReady, events: Iterator[E
 
 
 def _sse_body(
-    ctx: ApiContext, fmt: str, first: ChunkReady, events: Iterator[Event], began: float, chars: int
+    ctx: ApiContext, fmt: str, sample_rate: int, events: Iterator[Event], began: float, chars: int
 ) -> Iterator[bytes]:
-    encoder = StreamEncoder(fmt, first.chunk.sample_rate)
+    encoder = StreamEncoder(fmt, sample_rate)
 
     def delta(data: bytes) -> bytes:
         return format_sse_event(
@@ -167,10 +179,12 @@ def _sse_body(
         )
 
     try:
-        yield delta(encoder.feed(first.chunk.audio))
         for event in events:
             if isinstance(event, ChunkReady):
                 yield delta(encoder.feed(event.chunk.audio))
+                continue
+            if isinstance(event, (Queued, JobProgress)):
+                yield format_sse_event(data_str=json.dumps(_progress(event)))
                 continue
             yield delta(encoder.close())
             usage = {"input_tokens": chars, "output_tokens": 0, "total_tokens": chars}
@@ -185,9 +199,8 @@ def _sse_body(
         ctx.metrics.finished(outcome_of(exc), time.monotonic() - began)
 
 
-def _subtitles(ctx: ApiContext, prepared: PreparedGeneration, first: ChunkReady, events: Iterator[Event]) -> Response:
-    pieces = [(first.chunk.text, first.chunk.duration_s)]
-    pieces += [(e.chunk.text, e.chunk.duration_s) for e in events if isinstance(e, ChunkReady)]
+def _subtitles(prepared: PreparedGeneration, events: Iterator[Event]) -> Response:
+    pieces = [(e.chunk.text, e.chunk.duration_s) for e in events if isinstance(e, ChunkReady)]
     text = to_srt(cues(pieces, prepared.requests[0].sentence_silence_s))
     return PlainTextResponse(text, media_type="application/x-subrip")
 
@@ -207,7 +220,7 @@ def routes(ctx: ApiContext, auth: Depends) -> APIRouter:
         try:
             prepared, first, events = _start(ctx, body, caller)
             if body.response_format == "srt":
-                response = _subtitles(ctx, prepared, first, events)
+                response = _subtitles(prepared, itertools.chain([first], events))
                 ctx.metrics.finished("ok", time.monotonic() - began)
                 return response
         except (VoiceLabError, ApiError) as exc:
@@ -215,14 +228,13 @@ def routes(ctx: ApiContext, auth: Depends) -> APIRouter:
             raise
         request = prepared.requests[0]
         fmt = body.response_format
-        headers = {
-            "X-Seed": str(request.seed),
-            "X-Job-Id": request.job_id,
-            "X-Sample-Rate": str(output_rate(fmt, first.chunk.sample_rate)),
-        }
+        rate = first.chunk.sample_rate if isinstance(first, ChunkReady) else ctx.service.capabilities().sample_rate
+        headers = {"X-Seed": str(request.seed), "X-Job-Id": request.job_id}
+        headers["X-Sample-Rate"] = str(output_rate(fmt, rate))
         if body.stream_format == "sse":
-            stream = _sse_body(ctx, fmt, first, events, began, len(body.input))
+            stream = _sse_body(ctx, fmt, rate, itertools.chain([first], events), began, len(body.input))
             return EventSourceResponse(stream, headers=headers)
+        assert isinstance(first, ChunkReady), "without sse a job's first event is its first chunk"
         return StreamingResponse(
             _audio_body(ctx, fmt, first, events, began), media_type=FORMATS[fmt].media_type, headers=headers
         )
