@@ -69,8 +69,9 @@ class NativeCloneBackend:
         if not sentences:
             raise InvalidTextError("Please type some text to speak.")
         hz = prompt_pitch_hz(request.prompt.samples, request.prompt.sample_rate) if request.prompt else 220.0
-        for step in range(1, self.fit_steps + 1 if request.prompt and request.on_fit else 1):
-            request.on_fit.progress(step, self.fit_steps)  # type: ignore[union-attr]
+        if request.prompt is not None and request.on_fit is not None:
+            for step in range(1, self.fit_steps + 1):
+                request.on_fit.progress(step, self.fit_steps)
         gain = 10 ** ((request.style.volume_db or 0.0) / 20)
         for index, sentence in enumerate(sentences):
             if index:

@@ -229,8 +229,11 @@ def routes(ctx: ApiContext, auth: Depends) -> APIRouter:
         request = prepared.requests[0]
         fmt = body.response_format
         rate = first.chunk.sample_rate if isinstance(first, ChunkReady) else ctx.service.capabilities().sample_rate
-        headers = {"X-Seed": str(request.seed), "X-Job-Id": request.job_id}
-        headers["X-Sample-Rate"] = str(output_rate(fmt, rate))
+        headers = {
+            "X-Seed": str(request.seed),
+            "X-Job-Id": request.job_id,
+            "X-Sample-Rate": str(output_rate(fmt, rate)),
+        }
         if body.stream_format == "sse":
             stream = _sse_body(ctx, fmt, rate, itertools.chain([first], events), began, len(body.input))
             return EventSourceResponse(stream, headers=headers)

@@ -118,12 +118,11 @@ class KokoroBackend:
             return request.fitted
         return self.fit(prompt, request.on_fit)
 
-    def style_for(self, fitted: FittedStyle | None, n_tokens: int, voice: str | None = None) -> torch.Tensor:
-        """[1, 256] on the device: the fitted vector, else the pack's (``voice``, default the set one) row for this
-        length."""
+    def style_for(self, fitted: FittedStyle | None, n_tokens: int, voice: str) -> torch.Tensor:
+        """[1, 256] on the device: the fitted vector, else the ``voice`` pack's row for this length."""
         if fitted is not None:
             return torch.tensor(fitted.vector, dtype=torch.float32, device=self.device)[None]
-        return torch.from_numpy(self.packs.style(voice or self.voice, n_tokens)).to(self.device)[None]
+        return torch.from_numpy(self.packs.style(voice, n_tokens)).to(self.device)[None]
 
     def speak(
         self,
