@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -245,14 +246,41 @@ def run_voicelab(args: argparse.Namespace, jobs: list[Job], short: list[Job], co
         except Exception as exc:  # the soak's figures above still stand; say what broke
             print(f"  voicelab throughput failed: {type(exc).__name__}: {exc}", flush=True)
             served = []
+        try:
+            anchor = anchor_phase(call, getattr(args, "anchor_requests", 0), getattr(args, "anchor_clients", [1, 4]))
+        except Exception as exc:
+            print(f"  voicelab anchor phase failed: {type(exc).__name__}: {exc}", flush=True)
+            anchor = None
         restart = engine.soft_restart(timeout=600)
         time.sleep(1.0)  # NVML's per-process figure settles a moment after the load
         restarted_nvml = nvml_used(restart.new_pid)
     conn.send({
         "load_s": load_s, "rows": rows, "samples": [asdict(s) for s in samples], "streamed": streamed,
         "throughput": served, "probe_peak": max(peaks[:PROBE_REQUESTS]), "fresh_nvml": fresh_nvml,
-        "restarted_nvml": restarted_nvml,
+        "restarted_nvml": restarted_nvml, "anchor": anchor,
     })  # fmt: skip
+
+
+def anchor_phase(call: Callable[[Job], float], requests: int, clients: Sequence[int]) -> dict[str, Any] | None:
+    """NVIDIA's shape (``cosyvoice_anchor``): two probes size the texts to ~8.5 s replies, then ``requests`` of them
+    at each client count, every one in a voice new to the cache; ``None`` when ``requests`` is 0."""
+    from voicelab.bench.cosyvoice_anchor import PROBE_CHARS, anchor_texts, anchor_voices, sized_chars
+    from voicelab.bench.soak import DEFAULT_PROMPTS
+
+    if requests <= 0:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        bases = sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4]
+        voices = anchor_voices(Path(folder), requests * len(clients) + len(PROBE_CHARS), bases)
+        probes = [(c, call(Job(anchor_texts(1, c)[0], *voices[-1 - i], 9000 + i))) for i, c in enumerate(PROBE_CHARS)]
+        chars = sized_chars(probes)
+        texts = anchor_texts(requests, chars)
+        rows = []
+        for round_, count in enumerate(clients):
+            jobs = [Job(t, *voices[round_ * requests + i], 7000 + i) for i, t in enumerate(texts)]
+            rows.append(throughput(call, jobs, count, None))
+            print(f"  voicelab anchor: {count} clients, RTF {1 / max(rows[-1]['audio_s_per_s'], 1e-9):.3f}", flush=True)
+    return {"chars": chars, "probes": probes, "throughput": rows}
 
 
 def run_dtype_probe(args: argparse.Namespace, jobs: list[Job], short: list[Job], conn: Any) -> None:
