@@ -227,14 +227,7 @@ def load_runtime(
     with open(model_dir / f"cosyvoice{version}.yaml") as handle:
         configs = load_hyperpyyaml(handle, overrides={"qwen_pretrain_path": str(model_dir / "CosyVoice-BlankEN")})
     configs["llm"].to(torch.float32)
-    frontend = frontend_class(
-        configs["get_tokenizer"],
-        configs["feat_extractor"],
-        str(model_dir / "campplus.onnx"),
-        str(model_dir / f"speech_tokenizer_v{version}.onnx"),
-        "",  # no speaker table: zero-shot speakers live in our bounded LRU
-        configs["allowed_special"],
-    )
+    frontend = _frontend(frontend_class, configs, model_dir, version, device)
     model = model_class(configs["llm"], configs["flow"], configs["hift"], dtype == "float16")
     if not hasattr(model, "llm"):  # cosyvoice-minicpmo's copy keeps only the token-to-wave half
         raise BackendLoadError(
@@ -260,6 +253,33 @@ def load_runtime(
     if isinstance(decoder, DecodeBatcher):
         decoder.seed_source = runtime.watches.current_seed  # each request samples from its own seed
     return runtime
+
+
+def _frontend(frontend_class: Any, configs: dict[str, Any], model_dir: Path, version: int, device: str) -> Any:
+    """Upstream's frontend (tokenizers, feature extractor, speaker encoder), with no speaker table (zero-shot
+    speakers live in our bounded LRU). With onnxruntime-gpu installed, its CUDA libraries are loaded first from the
+    NVIDIA packages torch uses, so the speech tokenizer (which asks for the CUDA provider whenever torch sees a GPU)
+    gets it instead of falling back to the CPU with a warning; the log says which provider serves it."""
+    if device.startswith("cuda"):
+        try:
+            import onnxruntime
+
+            if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+                getattr(onnxruntime, "preload_dlls", lambda: None)()
+        except Exception as exc:  # the CPU provider still serves: say why the GPU one will not
+            log.warning("onnxruntime's CUDA libraries did not load (%s); the speech tokenizer runs on the CPU", exc)
+    frontend = frontend_class(
+        configs["get_tokenizer"],
+        configs["feat_extractor"],
+        str(model_dir / "campplus.onnx"),
+        str(model_dir / f"speech_tokenizer_v{version}.onnx"),
+        "",
+        configs["allowed_special"],
+    )
+    tokenizer = getattr(frontend, "speech_tokenizer_session", None)
+    if tokenizer is not None:
+        log.info("speech tokenizer on onnxruntime %s", ", ".join(tokenizer.get_providers()))
+    return frontend
 
 
 def windows_on_device(vocoder: Any, device: torch.device | str) -> None:
