@@ -315,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.probe_dtype} {probe['probe_peak'] / MIB:.0f} MiB")  # fmt: skip
     if ours.get("anchor"):
         print(anchor_line(ours["anchor"]))
+    if probe is not None and probe.get("anchor"):
+        print(f"{args.probe_dtype}: " + anchor_line(probe["anchor"]))
     for line in goal_lines(ours, results.get("upstream (webui)"), probe):
         print(line)
     if args.json:

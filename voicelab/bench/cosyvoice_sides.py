@@ -284,7 +284,8 @@ def anchor_phase(call: Callable[[Job], float], requests: int, clients: Sequence[
 
 
 def run_dtype_probe(args: argparse.Namespace, jobs: list[Job], short: list[Job], conn: Any) -> None:
-    """The first ``PROBE_REQUESTS`` soak requests in ``--probe-dtype``: the per-request peak to set beside float32's."""
+    """The first ``PROBE_REQUESTS`` soak requests in ``--probe-dtype``: the per-request peak to set beside float32's;
+    then the anchor phase at one client, for the speed of one request in that dtype."""
     from voicelab.studio import GenerationService
 
     engine, settings = _engine(args, args.probe_dtype)
@@ -295,4 +296,9 @@ def run_dtype_probe(args: argparse.Namespace, jobs: list[Job], short: list[Job],
             service.generate(_request(job, stream=False)).first.result.peak_allocated_bytes
             for job in jobs[:PROBE_REQUESTS]
         ]
-    conn.send({"probe_peak": max(peaks)})
+
+        def call(job: Job) -> float:
+            return float(service.generate(_request(job, stream=False)).first.result.duration_s)
+
+        anchor = anchor_phase(call, getattr(args, "anchor_requests", 0), [1])  # its speed alone, beside float32's
+    conn.send({"probe_peak": max(peaks), "anchor": anchor})
