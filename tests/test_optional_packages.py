@@ -44,6 +44,28 @@ def test_a_prompted_request_names_the_missing_package(service: GenerationService
         service.generate(GenerationRequest("Hello there.", kind="clone", language="en", seed=1, prompt=prompt))
 
 
+def test_a_model_that_clones_by_itself_speaks_a_prompted_take_without_the_speaker_encoders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen on the GPU with a kit of the core alone: every CosyVoice request with a prompt failed for want of the
+    encoders that only score it. A native-cloning backend's take is spoken (the voice still cached), and it carries
+    no similarity figures rather than wrong ones."""
+    monkeypatch.setattr(encoder, "weights_path", without_resemblyzer)
+    client = InprocClient(Settings(backend="tests.fixture_native_backend:create", device="cpu", auto_clean=False))
+    try:
+        service = GenerationService(client, None, client.settings)
+        prompt = PromptClip(Path(__file__).parent / "data" / "arctic_slt_en_female.wav")
+        request = GenerationRequest("Hello there. Still speaking.", kind="clone", language="en", seed=1, prompt=prompt)
+        for _ in range(2):  # the second from the cached voice
+            result = service.generate(request).takes[0].result
+            assert len(result.audio) / result.sample_rate > 1.0
+            assert result.similarity is None and result.similarity_ge2e is None
+        stats = service.engine.status().profile_cache
+        assert (stats.size, stats.misses, stats.hits) == (1, 1, 1)
+    finally:
+        client.close()
+
+
 def test_the_built_in_backend_speaks_english_alone_without_the_mandarin_package(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

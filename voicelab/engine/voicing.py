@@ -36,7 +36,7 @@ from voicelab.voice.encoder import SpeakerEncoder
 from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.matcher import VoiceMatcher, median_f0
 from voicelab.voice.measure import NeutralVoice, Requested, check_style
-from voicelab.voice.profile import SpeakerProfile, build_profile, scoring_profile
+from voicelab.voice.profile import SpeakerProfile, build_profile, scoring_profile, unscored_profile
 from voicelab.voice.prompt import PromptAudio
 
 log = logging.getLogger(__name__)
@@ -322,11 +322,14 @@ class VoiceStage:
         """The full analysis where the engine matches the voice; embedding and median pitch where it only scores.
         Either way the judge embeds the prompt too, for the similarity users see."""
         if matching:
-            profile = build_profile(prompt, self.matcher.encoder, self.device)
-        else:
-            f0 = median_f0(np.asarray(prompt.samples, dtype=np.float32), prompt.sample_rate, self.device)
+            return self.scorer.with_judge_embedding(build_profile(prompt, self.matcher.encoder, self.device), prompt)
+        f0 = median_f0(np.asarray(prompt.samples, dtype=np.float32), prompt.sample_rate, self.device)
+        try:
             profile = scoring_profile(prompt, self.matcher.encoder, f0, self.device)
-        return self.scorer.with_judge_embedding(profile, prompt)
+            return self.scorer.with_judge_embedding(profile, prompt)
+        except BackendLoadError as exc:  # the backend clones by itself: the scores are optional, the take is not
+            log.warning("a prompted take without similarity scores: %s", exc)
+            return unscored_profile(prompt, f0)
 
     @_serialised
     def scores(self, draft: np.ndarray, output: np.ndarray, sample_rate: int, plan: VoicePlan) -> CloneScores | None:
@@ -338,7 +341,7 @@ class VoiceStage:
         """``scores`` of several jobs that finished together, each encoder in one batch (``CloneScorer``)."""
         scored, jobs = [], []
         for k, f in enumerate(finished):
-            if f.plan.profile is not None:
+            if f.plan.profile is not None and f.plan.profile.scored:
                 scored.append(k)
                 jobs.append(Scored(f.output, f.draft, f.plan.profile, f.plan.matched))
         out: list[CloneScores | None] = [None] * len(finished)

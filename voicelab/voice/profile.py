@@ -23,6 +23,8 @@ class SpeakerProfile:
     embedding: unit-norm GE2E embedding (256,) on the worker's device.
     stats: pitch, formants, long-term spectrum and loudness of the prompt (``voice.analysis.VoiceStats``).
     analysed: False for a scoring-only profile (``scoring_profile``): its stats hold the median pitch alone.
+    scored: False for ``unscored_profile`` (a native-cloning backend without the optional speaker encoders): an
+        empty embedding, no judge embedding, and no similarity figures for its takes.
     judge_embedding: the similarity judge's embedding of the prompt (ECAPA-TDNN, ``judges.ecapa``), for scoring
         alone: the matcher never reads it, so the figure users see is not the one the search maximised.
     The matcher's result for a backend voice is kept beside the profile (``voice.cache.CachedVoice``).
@@ -34,6 +36,7 @@ class SpeakerProfile:
     duration_s: float
     analysed: bool = True
     judge_embedding: torch.Tensor | None = None
+    scored: bool = True  # False: the speaker encoders are not installed, so this voice's takes carry no scores
 
     @property
     def f0_median_hz(self) -> float:
@@ -90,3 +93,10 @@ def scoring_profile(
         embedding = embedding.to(device)
     stats = VoiceStats(f0_median_hz, 0.0, 0.0, (0.0, 0.0, 0.0), (), float("-inf"))
     return SpeakerProfile(prompt.sha256, embedding, stats, prompt.duration_s, analysed=False)
+
+
+def unscored_profile(prompt: PromptAudio, f0_median_hz: float) -> SpeakerProfile:
+    """For a backend that clones natively where the speaker encoders (Resemblyzer, the ECAPA judge) are not
+    installed: the voice is still cached and spoken, its takes just carry no similarity figures."""
+    stats = VoiceStats(f0_median_hz, 0.0, 0.0, (0.0, 0.0, 0.0), (), float("-inf"))
+    return SpeakerProfile(prompt.sha256, torch.zeros(0), stats, prompt.duration_s, analysed=False, scored=False)
