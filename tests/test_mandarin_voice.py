@@ -15,11 +15,13 @@ import pytest
 import torch
 
 from tests.gpu_needs import needs
-from tests.judges import assert_heard
 from voicelab.errors import BackendLoadError, InvalidSettingError, InvalidTextError
 
-# The voice reads its weights through the tflite parser: a GPU image without the kit's Mandarin part skips here.
+# The voice reads its weights through the tflite parser and its text through pypinyin (the listening judge's CER
+# too): a GPU image without the kit's Mandarin part skips here, before anything imports them.
 pytest.importorskip("tflite", reason="needs the tflite package (the Mandarin voice's weights reader)")
+pytest.importorskip("pypinyin", reason="needs the pypinyin package (the Mandarin voice's text processor)")
+from tests.judges import assert_heard
 from voicelab.backends.mandarin.voice import LICENSE_NOTICE, MandarinVoice, mirror_pad_frames
 
 SENTENCE = "今天天气很好，我们去公园散步吧。"  # 15 characters + punctuation

@@ -16,7 +16,7 @@ from pathlib import Path
 ANCHOR_RTF = {1: 0.089, 4: 0.060}  # NVIDIA Triton + TRT-LLM, one L20, CosyVoice2, offline mode
 ANCHOR_REQUESTS = 26
 ANCHOR_AUDIO_S = 8.5  # per request, as the anchor's 26 requests average
-PROBE_CHARS = (20, 60)
+PROBE_CHARS = (5, 40)
 CORPUS_ZH = (
     "老灯塔看守人每天傍晚都会沿着螺旋楼梯爬上塔顶。雨点敲打着铁皮屋顶，水壶开始鸣响。"
     "请问去火车站怎么走？她笑了笑，摇摇头，什么也没说。新鲜的面包、熟透的番茄和一点橄榄油就是完美的午餐。"
@@ -38,7 +38,7 @@ def sized_chars(probes: Sequence[tuple[int, float]], target_s: float = ANCHOR_AU
     slope = (s2 - s1) / (c2 - c1) if c2 != c1 else 0.0
     if slope <= 0:  # replies that do not grow with the text: the longer probe is as good as any
         return c2
-    return max(PROBE_CHARS[0], min(LONGEST_CHARS, round(c1 + (target_s - s1) / slope)))
+    return max(1, min(LONGEST_CHARS, round(c1 + (target_s - s1) / slope)))
 
 
 def anchor_voices(folder: Path, count: int, prompts: Sequence[Path]) -> list[tuple[str, str]]:
