@@ -172,10 +172,10 @@ def test_a_switch_waits_for_the_job_in_flight_and_the_queued_job_speaks_with_the
 # ---- the API: GET /v1/engine, POST /v1/engine/backend ----
 
 
-def test_the_api_lists_the_engines_and_switches(service: GenerationService, tmp_path: Path) -> None:
+def test_the_api_lists_the_engines_and_answers_a_switch(service: GenerationService, tmp_path: Path) -> None:
     telemetry = TelemetrySampler(NvmlSampler(), HostSampler(), lambda: EngineState(0, None, None))
     settings = Settings(backend="builtin", device="cpu", outputs_dir=str(tmp_path))
-    app, ctx = build_api(service.engine, settings, telemetry)
+    app, _ = build_api(service.engine, settings, telemetry)
     with TestClient(app) as http:
         listed = http.get("/v1/engine").json()
         assert listed["backend"] == "builtin" and listed["switchable"] is True
@@ -185,11 +185,3 @@ def test_the_api_lists_the_engines_and_switches(service: GenerationService, tmp_
         same = http.post("/v1/engine/backend", json={"backend": "builtin"}).json()
         assert same == {"before": "builtin", "backend": "builtin", "restart": None}
         assert http.post("/v1/engine/backend", json={"backend": "builtin", "force": "yes"}).status_code == 400
-        switched = http.post("/v1/engine/backend", json={"backend": "kokoro"}).json()
-        assert (switched["before"], switched["backend"]) == ("builtin", "kokoro")
-        assert switched["restart"]["reason"] == "voice engine kokoro chosen"
-        assert (
-            http.get("/health").json()["backend"] == "kokoro" and http.get("/v1/engine").json()["backend"] == "kokoro"
-        )
-        assert ctx.service.capabilities().native_cloning_languages == ("en",)  # what the API's requests validate by
-        assert http.post("/v1/engine/backend", json={"backend": "builtin"}).json()["backend"] == "builtin"
