@@ -25,7 +25,7 @@ CASES = [("", UNSET), ("speak higher", UNSET), ("", VERY_HIGH), ("大声一点",
 
 
 def main(device: str) -> None:
-    with InprocClient(Settings(device=device)) as engine:
+    with InprocClient(Settings(device=device, backend="builtin")) as engine:
         studio = make_studio(engine, History(Path(tempfile.mkdtemp()) / "history"))
         base: Measures | None = None
         for instruction, dropdowns in CASES:

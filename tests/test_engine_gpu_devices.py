@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.gpu_needs import BUILTIN_ON_GPU
 from voicelab.engine.client import EngineClient
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.errors import WorkerCrashedError
@@ -32,7 +33,8 @@ def _device_count() -> int:
 def pair() -> Iterator[EngineClient]:
     if _device_count() < 2:
         pytest.skip("needs two or more CUDA devices")
-    with EngineClient(Settings(devices="cuda:0,cuda:1", auto_clean=False, queue_size=32)) as engine:
+    settings = Settings(devices="cuda:0,cuda:1", auto_clean=False, queue_size=32, backend=BUILTIN_ON_GPU)
+    with EngineClient(settings) as engine:
         engine.wait_ready()
         yield engine
 

@@ -68,6 +68,12 @@ class StorageError(VoiceLabError):
     default_message = "The result could not be saved to the outputs folder."
 
 
+class EngineChoiceError(VoiceLabError):
+    """A voice engine that this studio cannot switch to (not installed, or not switchable here)."""
+
+    default_message = "That voice engine cannot be chosen in this studio."
+
+
 ERROR_TYPES: dict[str, type[VoiceLabError]] = {
     cls.__name__: cls
     for cls in (
@@ -83,6 +89,7 @@ ERROR_TYPES: dict[str, type[VoiceLabError]] = {
         BackendRuntimeError,
         EngineStoppedError,
         StorageError,
+        EngineChoiceError,
     )
 }
 

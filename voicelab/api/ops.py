@@ -1,8 +1,10 @@
 """Operations: ``GET /health`` (open, a load balancer's probe), and behind the API key ``GET /v1/memory``,
-``POST /v1/memory/clean``, ``POST /v1/engine/restart`` and ``GET /metrics``.
+``POST /v1/memory/clean``, ``POST /v1/engine/restart``, ``GET /v1/engine``, ``POST /v1/engine/backend`` and
+``GET /metrics``.
 
 Health and memory read the engine status and the telemetry ring (never waiting on the worker); clean and
-restart run in the worker between jobs, like the panel's buttons, and answer before → after.
+restart run in the worker between jobs, like the panel's buttons, and answer before → after; choosing the voice
+engine is a restart that loads the other backend (``voicelab.studio_engine``), as the page's choice is.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from voicelab.api.context import ApiContext
 from voicelab.api.errors import api_field
 from voicelab.api.memory import clean_dict, memory_report, restart_dict
 from voicelab.engine.status import EngineStatus, WorkerStatus
-from voicelab.engine.validation import as_bool
+from voicelab.engine.validation import as_bool, as_text
+from voicelab.studio_engine import EngineChoices, EngineSwitch, engine_choices, switch_engine
 
 
 class CleanBody(BaseModel):
@@ -40,6 +43,40 @@ class RestartBody(BaseModel):
     @classmethod
     def _strict(cls, value: object) -> bool:
         return api_field(as_bool, "force", value)
+
+
+class BackendBody(BaseModel):
+    backend: str = Field(description="The voice engine to run from now on: builtin or kokoro (GET /v1/engine).")
+    force: bool = Field(
+        False, description="Do not wait for the job in flight (it is run again on the new engine); true/false only."
+    )
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _text(cls, value: object) -> str:
+        return api_field(as_text, "backend", value).strip()
+
+    @field_validator("force", mode="before")
+    @classmethod
+    def _strict(cls, value: object) -> bool:
+        return api_field(as_bool, "force", value)
+
+
+def choices_body(choices: EngineChoices) -> dict[str, Any]:
+    return {
+        "backend": choices.current,
+        "switchable": choices.switchable,
+        "choices": [
+            {"name": o.name, "label": o.label, "summary": o.summary, "available": o.problem is None,
+             "problem": o.problem}
+            for o in choices.options
+        ],
+    }  # fmt: skip
+
+
+def switch_body(switch: EngineSwitch) -> dict[str, Any]:
+    restarted = restart_dict(switch.report) if switch.report is not None else None
+    return {"before": switch.before, "backend": switch.after, "restart": restarted}
 
 
 def engine_state(status: EngineStatus) -> str:
@@ -112,6 +149,16 @@ def routes(ctx: ApiContext, auth: Depends) -> APIRouter:
     def restart(body: RestartBody | None = None) -> dict[str, Any]:
         """Soft restart: replace the worker process; queued jobs stay queued."""
         return restart_dict(ctx.engine.soft_restart(force=body.force if body else False))
+
+    @router.get("/v1/engine")
+    def engine() -> dict[str, Any]:
+        """The voice engine running and those this studio offers (Kokoro's availability, why not)."""
+        return choices_body(engine_choices(ctx.service))
+
+    @router.post("/v1/engine/backend")
+    def choose_engine(body: BackendBody) -> dict[str, Any]:
+        """Run another voice engine: a Soft restart loading it; queued jobs stay queued and are spoken by it."""
+        return switch_body(switch_engine(ctx.service, body.backend, body.force))
 
     @router.get("/metrics", response_class=Response)
     def metrics() -> Response:

@@ -8,15 +8,20 @@ Any "module:factory" path works too, which is how tests plug in their own backen
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from typing import cast
 
+from voicelab.backends import choice
 from voicelab.backends.base import Backend
 from voicelab.errors import BackendLoadError
 from voicelab.settings import Settings
 
+log = logging.getLogger(__name__)
+
+# "auto" (the default) is none of these: the worker picks one by its device (``choice.resolve_backend``).
 BACKENDS: dict[str, str] = {
-    "builtin": "voicelab.backends.builtin.backend:create",  # English + Mandarin, routed by script (the default)
+    "builtin": "voicelab.backends.builtin.backend:create",  # English + Mandarin, routed by script
     "piper": "voicelab.backends.piper.backend:create",  # a Piper voice alone (English by default)
     "mandarin": "voicelab.backends.mandarin.backend:create",  # the Mandarin voice alone
     "kokoro": "voicelab.backends.kokoro.backend:create",  # Kokoro-82M fitted to each prompt (English) + Mandarin
@@ -25,6 +30,7 @@ BACKENDS: dict[str, str] = {
 # Optional: a torch-free "module:function" saying what is missing to start a backend (see ``preflight``).
 PREFLIGHTS: dict[str, str] = {
     "cosyvoice": "voicelab.backends.cosyvoice.preflight:preflight",
+    "kokoro": "voicelab.backends.choice:kokoro_preflight",
 }
 
 
@@ -42,9 +48,20 @@ def preflight(settings: Settings) -> str | None:
     return cast(Callable[[Settings], str | None], check)(settings)
 
 
-def create_backend(settings: Settings) -> Backend:
-    """Instantiate ``settings.backend`` by registry name or by an explicit "module:factory" path."""
-    name = settings.backend
+def backend_name(settings: Settings, device: str) -> str:
+    """The backend to load on ``device`` (the worker's, resolved): ``settings.backend``, with ``auto`` decided by the
+    device and whether Kokoro is installed; the reason is logged (a warning where Kokoro was wanted but is missing)."""
+    if settings.backend != choice.AUTO_BACKEND:
+        return settings.backend
+    problem = choice.kokoro_problem() if device.startswith("cuda") else None
+    chosen = choice.resolve_backend(settings.backend, device, problem)
+    (log.warning if problem else log.info)("voice engine %s: %s", chosen.name, chosen.reason)
+    return chosen.name
+
+
+def create_backend(settings: Settings, device: str = "cpu") -> Backend:
+    """Instantiate ``settings.backend`` (``auto``: by ``device``) by registry name or by a "module:factory" path."""
+    name = backend_name(settings, device)
     target = BACKENDS.get(name, name)
     if ":" not in target:
         raise BackendLoadError(f"Unknown backend '{name}'. Available: {', '.join(sorted(BACKENDS))}.")

@@ -187,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="1,4,16", help="comma-separated client counts")
     parser.add_argument("--rounds", type=int, default=8, help="requests per client at each concurrency")
     parser.add_argument("--sentences", type=int, default=2, help="sentences per request")
-    parser.add_argument("--backend", default="", help="a backend name or module:factory (default: the setting)")
+    parser.add_argument("--backend", default="builtin", help="a backend name or module:factory")
     parser.add_argument("--dtype", default="")
     parser.add_argument("--queue-size", type=int, default=64)
     parser.add_argument("--kill-one", action="store_true", help="then kill -9 one worker mid-job under load")

@@ -48,7 +48,14 @@ from voicelab.engine.status import (
     combine_restarts,
     engine_status,
 )
-from voicelab.errors import BackendLoadError, InvalidSettingError, VoiceLabError, WorkerCrashedError, error_from_name
+from voicelab.errors import (
+    BackendLoadError,
+    EngineChoiceError,
+    InvalidSettingError,
+    VoiceLabError,
+    WorkerCrashedError,
+    error_from_name,
+)
 from voicelab.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -215,8 +222,13 @@ class ServeEngine:
         reports = [self._control(index, command) for index in self._live(worker)]
         return reports[0] if len(reports) == 1 else combine_cleans(reports)
 
-    def soft_restart(self, force: bool = False, *, worker: int | None = None) -> RestartReport:
-        """One replica's worker, or every replica's one after another (the others keep serving)."""
+    def soft_restart(
+        self, force: bool = False, *, worker: int | None = None, backend: str | None = None
+    ) -> RestartReport:
+        """One replica's worker, or every replica's one after another (the others keep serving); the replicas'
+        backend is the one the cluster was deployed with (``backend`` is refused)."""
+        if backend is not None:
+            raise EngineChoiceError("On a Ray cluster the voice engine is chosen when it is deployed (--backend).")
         command = ControlCommand("restart", force=force)
         reports = [replace(self._control(i, command), device=f"replica {i}") for i in self._live(worker)]
         return reports[0] if len(reports) == 1 else combine_restarts(reports)

@@ -9,6 +9,7 @@ timeout or a restart touches only its device's jobs; queued jobs stay queued and
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -38,7 +39,7 @@ from voicelab.engine.status import (
     engine_status,
 )
 from voicelab.engine.supervisor import CONTROL_TIMEOUT_S, STARTUP_TIMEOUT_S
-from voicelab.errors import BackendLoadError, EngineStoppedError, InvalidSettingError
+from voicelab.errors import BackendLoadError, EngineStoppedError, InvalidSettingError, VoiceLabError
 from voicelab.settings import Settings
 
 
@@ -99,15 +100,22 @@ class EngineClient:
         return self._control_each(ControlKind.STATS, 0 if worker is None else worker)[0]
 
     def soft_restart(
-        self, force: bool = False, timeout: float | None = STARTUP_TIMEOUT_S, *, worker: int | None = None
+        self,
+        force: bool = False,
+        timeout: float | None = STARTUP_TIMEOUT_S,
+        *,
+        worker: int | None = None,
+        backend: str | None = None,
     ) -> RestartReport:
         """Replace a worker; the job in flight finishes first unless ``force`` (then it is requeued).
 
-        With several devices and no ``worker``, they are restarted one after another, so the others keep serving.
+        ``backend``: the new worker loads this backend, and so does every later one (the voice engine switch);
+        queued jobs stay queued and are spoken by it. With several devices and no ``worker``, they are restarted
+        one after another, so the others keep serving.
         """
         if worker is not None or len(self._slots) == 1:
-            return self._restart_one(self._slot(worker or 0), force, timeout)
-        reports = [self._restart_one(slot, force, timeout) for slot in self._slots]
+            return self._restart_one(self._slot(worker or 0), force, timeout, backend)
+        reports = [self._restart_one(slot, force, timeout, backend) for slot in self._slots]
         return combine_restarts(reports)
 
     def _slot(self, worker: int) -> WorkerSlot:
@@ -115,16 +123,25 @@ class EngineClient:
             raise InvalidSettingError(f"There is no worker {worker}; this engine has {len(self._slots)}.")
         return self._slots[worker]
 
-    def _restart_one(self, slot: WorkerSlot, force: bool, timeout: float | None) -> RestartReport:
+    def _restart_one(
+        self, slot: WorkerSlot, force: bool, timeout: float | None, backend: str | None = None
+    ) -> RestartReport:
+        """A restart already pending answers this one too, unless it loads another backend: then ours follows it."""
         future: Future[RestartReport] = Future()
         with self._pool.lock:
             if self._pool.stopping:
                 raise EngineStoppedError()
-            if slot.restart is not None:
-                future = slot.restart.future
-            else:
-                slot.restart = RestartCall(force, "soft restart requested", future)
+            pending = slot.restart
+            if pending is None:
+                reason = f"voice engine {backend} chosen" if backend else "soft restart requested"
+                slot.restart = RestartCall(force, reason, future, backend)
                 self._pool.lock.notify_all()
+            elif backend in (None, pending.backend):
+                future = pending.future
+        if pending is not None and future is not pending.future:
+            with contextlib.suppress(VoiceLabError):  # how the other one ended is its caller's to hear
+                pending.future.result(timeout)
+            return self._restart_one(slot, force, timeout, backend)
         return future.result(timeout)
 
     def _control_each(self, kind: ControlKind, worker: int | None, clear_profiles: bool = False) -> list[Any]:

@@ -103,7 +103,7 @@ class EngineCore:
         started = time.perf_counter()
         self.heap_policy = heap.HeapPolicy()  # the soak's naive control turns trimming off
         heap.configure_heap(self.heap_policy, os.environ)  # before the model loads and torch starts threads
-        self.backend: Backend = create_backend(settings)
+        self.backend: Backend = create_backend(settings, self.device)
         self.capabilities: Capabilities = self.backend.capabilities
         self.backend.load(self.device, self.dtype)
         self._heartbeat_monitor = memory.AllocatorMonitor(self.device)

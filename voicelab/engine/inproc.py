@@ -80,9 +80,12 @@ class InprocClient:
     def allocator_stats(self) -> AllocatorStats:
         return self._call(self.core.stats)
 
-    def soft_restart(self, force: bool = False, *, worker: int | None = None) -> RestartReport:
-        """Reload the core between jobs (``force`` has nothing to interrupt in-process)."""
-        return self._call(lambda: self._reload(force))
+    def soft_restart(
+        self, force: bool = False, *, worker: int | None = None, backend: str | None = None
+    ) -> RestartReport:
+        """Reload the core between jobs (``force`` has nothing to interrupt in-process); ``backend``: load that one
+        from now on (a backend that fails to load leaves the one before it loaded, and raises why)."""
+        return self._call(lambda: self._reload(force, backend))
 
     def wait_ready(self, timeout: float = 0.0) -> WorkerReady:
         return self.core.ready_message()
@@ -136,14 +139,21 @@ class InprocClient:
         self._queue.put((None, fn, future))
         return future.result()
 
-    def _reload(self, force: bool) -> RestartReport:
+    def _reload(self, force: bool, backend: str | None = None) -> RestartReport:
         before, started = self.core.stats(), time.monotonic()
+        settings = self.settings if backend is None else replace(self.settings, backend=backend)
         self.core.close()
-        self.core = EngineCore(self.settings)
+        try:
+            self.core = EngineCore(settings)
+        except Exception:
+            self.core = EngineCore(self.settings)  # the one before, as it was
+            raise
+        self.settings = settings
         self._restarts += 1
         self._started = time.monotonic()
         after = self.core.stats()
-        return RestartReport(0, 0, time.monotonic() - started, force, None, before, after, "soft restart requested")
+        reason = f"voice engine {backend} chosen" if backend else "soft restart requested"
+        return RestartReport(0, 0, time.monotonic() - started, force, None, before, after, reason)
 
     def _serve(self) -> None:
         while (work := self._queue.get()) is not None:

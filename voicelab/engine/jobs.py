@@ -117,8 +117,10 @@ class ControlCall:
 
 @dataclass
 class RestartCall:
-    """A soft restart asked for; ``force`` requeues the job in flight instead of waiting for it."""
+    """A soft restart asked for; ``force`` requeues the job in flight instead of waiting for it; ``backend``: the
+    new worker loads this backend instead (the voice engine switch), ``None``: the one it had."""
 
     force: bool
     reason: str
     future: Future[RestartReport]
+    backend: str | None = None

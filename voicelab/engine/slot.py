@@ -220,7 +220,7 @@ class WorkerSlot:
                 return
             restart, self.restart, self.retry_load = self.restart, None, False
         before, started = self.figures.stats, time.monotonic()
-        self.supervisor.start(self._tick)
+        self.supervisor.start(self._tick, restart.backend if restart is not None else None)
         self._started()
         if restart is not None:
             self._resolve_restart(restart, 0, started, before, None)
@@ -239,7 +239,7 @@ class WorkerSlot:
             self.profiles.clear()
         self.pool.requeue(requeued)
         old_pid, before, started = self.supervisor.pid, self.figures.stats, time.monotonic()
-        self.supervisor.replace(not busy, self._tick)
+        self.supervisor.replace(not busy, self._tick, restart.backend)
         self._started()
         self._resolve_restart(restart, old_pid, started, before, requeued[0].job_id if requeued else None)
 

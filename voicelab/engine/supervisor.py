@@ -9,6 +9,7 @@ that reports why it cannot load (a missing file) is not, since the same start wo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -66,11 +67,14 @@ class WorkerSupervisor:
     def starting_pid(self) -> int:
         return self.starting.pid if self.starting else 0
 
-    def start(self, stopping: Callable[[], bool]) -> bool:
+    def start(self, stopping: Callable[[], bool], backend: str | None = None) -> bool:
         """Spawn a worker and wait for READY, trying again with backoff while new workers die while starting.
 
-        False (with ``load_error`` set) when it could not load, or when ``start_retries`` more tries died too.
+        ``backend``: from now on, workers load this backend (the voice engine switch). False (with ``load_error``
+        set) when it could not load, or when ``start_retries`` more tries died too.
         """
+        if backend is not None:
+            self.settings = dataclasses.replace(self.settings, backend=backend)
         self.kept_dying, self.trying, self.load_error = False, True, None
         try:
             return self._start_with_retries(stopping)
@@ -143,12 +147,12 @@ class WorkerSupervisor:
                 log.warning("worker %d did not exit within %.0f s; killing it", worker.pid, EXIT_GRACE_S)
         worker.kill()
 
-    def replace(self, graceful: bool, stopping: Callable[[], bool]) -> bool:
-        """Stop the current worker (counted as a restart) and start a new one."""
+    def replace(self, graceful: bool, stopping: Callable[[], bool], backend: str | None = None) -> bool:
+        """Stop the current worker (counted as a restart) and start a new one (loading ``backend`` where given)."""
         if self.handle is not None:
             self.restarts += 1
         self.stop(graceful)
-        return self.start(stopping)
+        return self.start(stopping, backend)
 
     def forget_dead(self) -> bool:
         """Clear a worker that died on its own; True when there was one (counted as a restart)."""

@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    core = EngineCore(Settings(device=args.device, voice_renderer=args.renderer))
+    core = EngineCore(Settings(device=args.device, voice_renderer=args.renderer, backend="builtin"))
     listeners = Listeners(WhisperJudge(threads=max(1, args.threads)), EcapaJudge(args.device))
     try:
         print(f"renderer {core.voice.renderer}, device {core.device}")

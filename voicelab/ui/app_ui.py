@@ -8,6 +8,7 @@ model. Launch it with ``voicelab.ui.serving.launch_options(settings)`` so only t
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from voicelab.ui.clone_tab import CloneView, clone_layout
 from voicelab.ui.design_tab import DesignView, design_layout
 from voicelab.ui.devices import device_tabs, wire_device_tabs
 from voicelab.ui.edges import GuardedBlocks, api_answer
+from voicelab.ui.engine_choice import EngineChooser, engine_choice_layout, wire_engine_choice
 from voicelab.ui.handlers import CONTROL_NAMES, Studio
 from voicelab.ui.history_tab import HistoryBrowser, HistoryView, ReuseTargets, history_layout, wire_history
 from voicelab.ui.i18n import DETECT_LANGUAGE_JS, I18N, SET_LANGUAGE_JS, t, text_in
@@ -113,13 +115,15 @@ def build_ui(
                 with gr.Tab(t("tab_history"), id="history") as history_tab:
                     history_view = history_layout()
             with gr.Column(scale=2, min_width=320):
+                engine = engine_choice_layout()
                 panel = panel_layout()
                 devices = device_tabs(client)
         views = Views(speak, clone, design, history_tab, history_view, panel, tabs)
         _wire(demo, views, handlers, settings)
         wire_device_tabs(demo, devices, panel, client)
         tab_items = (speak_tab, clone_tab, design_tab, history_tab)
-        wire_page(demo, replace(page, tabs=tab_items), views, PageAdapter(service, can_stream()))
+        then_reshape = wire_page(demo, replace(page, tabs=tab_items), views, PageAdapter(service, can_stream()))
+        wire_engine_choice(demo, engine, EngineChooser(service), panel.force, then_reshape)
         wire_voices(demo, picker, clone, design, library)
     return demo
 
@@ -241,8 +245,9 @@ class PageView:
     tabs: tuple[gr.Tab, ...] = ()  # Speak, Clone, Design, History: Gradio translates a tab's label only when shown
 
 
-def wire_page(demo: gr.Blocks, page: PageView, views: Views, adapter: PageAdapter) -> None:
-    """On load: the browser's (or saved) language and the backend's controls; the switch redoes both."""
+def wire_page(demo: gr.Blocks, page: PageView, views: Views, adapter: PageAdapter) -> Callable[[Any], Any]:
+    """On load: the browser's (or saved) language and the backend's controls; the switch redoes both. Returns
+    what chains the same reshape after another event (a switch of the voice engine)."""
     speak, clone, design = views.speak, views.clone, views.design
     outputs = [
         page.language, page.backend_note, speak.noise_scale, speak.noise_w, clone.noise_scale, clone.noise_w,
@@ -269,6 +274,7 @@ def wire_page(demo: gr.Blocks, page: PageView, views: Views, adapter: PageAdapte
     quiet: dict[str, Any] = {**QUIET, "concurrency_limit": None}
     demo.load(reshape, inputs=page.language, outputs=outputs, js=DETECT_LANGUAGE_JS, **quiet)
     page.language.input(reshape, inputs=page.language, outputs=outputs, js=SET_LANGUAGE_JS, **quiet)
+    return lambda event: event.then(reshape, inputs=page.language, outputs=outputs, **quiet)
 
 
 def wire_voices(

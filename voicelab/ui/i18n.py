@@ -88,6 +88,11 @@ _EN_ZH: dict[str, tuple[str, str]] = {
     "force": ("force (requeue the job in flight)", "强制（把正在运行的任务放回队列）"),
     "restart": ("Soft restart", "软重启"),
     "inspect": ("Inspect memory", "查看内存"),
+    "voice_engine": ("Voice engine", "语音引擎"),
+    "voice_engine_info": (
+        "switching restarts the worker: the job in flight finishes first, queued jobs are spoken by the new engine",
+        "切换会重启工作进程：正在运行的任务先完成，排队的任务由新引擎朗读",
+    ),
     "segments": ("Allocator segments", "分配器内存段"),
     "my_voices": ("My voices", "我的声音"),
     "saved_voice": ("Saved voice", "已保存的声音"),
