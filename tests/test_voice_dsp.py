@@ -28,7 +28,7 @@ Apply = Callable[..., np.ndarray]
 
 @pytest.fixture(params=dsp.RENDERERS)
 def apply(request: pytest.FixtureRequest) -> Apply:
-    """``apply_transform`` through each renderer: WORLD (CPU), the STFT and the mel (HiFi-GAN) ones (any device)."""
+    """``apply_transform`` through each renderer: WORLD (CPU), the STFT, PSOLA and mel (HiFi-GAN) ones (any device)."""
     return functools.partial(apply_transform, renderer=request.param)
 
 
@@ -144,7 +144,8 @@ def test_empty_and_tiny_inputs_do_not_crash(apply: Apply) -> None:
     assert tiny.shape == (10,) and np.isfinite(tiny).all()
 
 
-def test_a_batch_of_different_transforms_equals_each_row_alone(speech: tuple[np.ndarray, int]) -> None:
+@pytest.mark.parametrize("renderer", ["torch", "psola"])
+def test_a_batch_of_different_transforms_equals_each_row_alone(speech: tuple[np.ndarray, int], renderer: str) -> None:
     audio, sr = speech
     pieces = [audio, audio[: len(audio) // 2], audio[len(audio) // 3 :]]
     transforms = [
@@ -152,7 +153,7 @@ def test_a_batch_of_different_transforms_equals_each_row_alone(speech: tuple[np.
         VoiceTransform(pitch_semitones=-2.0),
         VoiceTransform(whisper=True),  # its noise is drawn per row (it was one draw per batch, seen on the H200)
     ]
-    batched = dsp.apply_transforms(pieces, sr, transforms, renderer="torch")
+    batched = dsp.apply_transforms(pieces, sr, transforms, renderer=renderer)
     for piece, transform, row in zip(pieces, transforms, batched, strict=True):
-        alone = apply_transform(piece, sr, transform, renderer="torch")
+        alone = apply_transform(piece, sr, transform, renderer=renderer)
         assert len(row) == len(piece) and np.corrcoef(row, alone)[0, 1] > 0.999

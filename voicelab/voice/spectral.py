@@ -213,7 +213,7 @@ def render(a: Analysis, c: Controls, seed: int = 0) -> torch.Tensor:
     if bool(c.moves_pitch.any()):
         out = torch.where(c.moves_pitch.view(-1, 1, 1), _moved(a, c, env) * torch.exp(eq), out)
     if bool(c.whisper.any()):
-        out = torch.where(c.whisper.view(-1, 1, 1), _whisper(a, env, eq, seed), out)
+        out = torch.where(c.whisper.view(-1, 1, 1), whisper(a, env, eq, seed), out)
     window = _window(grid, a.spec.device)
     length = int(a.lengths.max())
     return torch.istft(out.transpose(1, 2), grid.n_fft, grid.hop, window=window, center=True, length=length)
@@ -222,10 +222,15 @@ def render(a: Analysis, c: Controls, seed: int = 0) -> torch.Tensor:
 def _moved(a: Analysis, c: Controls, env: torch.Tensor) -> torch.Tensor:
     """Pitch moved (B, T, K): time-stretch by each frame's ratio, read back at the original rate (pitch and
     formants both move by the ratio), then each frame's envelope replaced by ``env`` (the original, warped)."""
-    grid, t = a.grid, a.spec.shape[1]
     ratio = pitch_ratio(a.f0, c)
     z, positions = stretch(a, ratio)
-    y = resample_back(z, positions, grid, int(a.lengths.max()))
+    return envelope_replaced(resample_back(z, positions, a.grid, int(a.lengths.max())), a, ratio, env)
+
+
+def envelope_replaced(y: torch.Tensor, a: Analysis, ratio: torch.Tensor, env: torch.Tensor) -> torch.Tensor:
+    """The frames (B, T, K) of ``y`` (B, N), whose pitch was moved by ``ratio``, with their own envelope (measured
+    with a lifter for the new pitch) replaced by ``env``."""
+    grid, t = a.grid, a.spec.shape[1]
     window = _window(grid, a.spec.device)
     spec = torch.stft(y, grid.n_fft, grid.hop, window=window, center=True, pad_mode="constant", return_complex=True)
     spec = spec.transpose(1, 2)[:, :t]
@@ -236,7 +241,7 @@ def _moved(a: Analysis, c: Controls, env: torch.Tensor) -> torch.Tensor:
     return spec * torch.exp((env - current).clamp(-6.0, 6.0))
 
 
-def _whisper(a: Analysis, env: torch.Tensor, eq: torch.Tensor, seed: int) -> torch.Tensor:
+def whisper(a: Analysis, env: torch.Tensor, eq: torch.Tensor, seed: int) -> torch.Tensor:
     """Noise under a smoother, formant-warped envelope: speech with no voicing (B, T, K)."""
     grid = a.grid
     cutoff = torch.full((env.shape[0],), a.sample_rate / WHISPER_SMOOTH_HZ, device=env.device)
