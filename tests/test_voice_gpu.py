@@ -1,6 +1,6 @@
 """Voice matching and styling on the device, on a real NVIDIA GPU (skipped without CUDA).
 
-The PyTorch and mel renderers and the batched scoring on CUDA give what they give on the CPU, a batch of different
+The PyTorch, PSOLA and mel renderers and the batched scoring on CUDA give what they give on the CPU, a batch of different
 transforms equals each row run alone, and a cloned request through the worker matches on the device.
 """
 
@@ -37,13 +37,14 @@ def speech() -> tuple[np.ndarray, int]:
     return audio, sr
 
 
-def test_the_torch_renderer_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int]) -> None:
+@pytest.mark.parametrize("renderer", ["torch", "psola"])
+def test_the_device_renderers_on_cuda_equal_the_cpu(speech: tuple[np.ndarray, int], renderer: str) -> None:
     audio, sr = speech
     for transform in TRANSFORMS[:2]:
-        cpu = apply_transform(audio, sr, transform, "cpu", "torch")
-        gpu = apply_transform(audio, sr, transform, "cuda", "torch")
+        cpu = apply_transform(audio, sr, transform, "cpu", renderer)
+        gpu = apply_transform(audio, sr, transform, "cuda", renderer)
         assert np.corrcoef(cpu, gpu)[0, 1] > 0.99
-    out = apply_transform(audio, sr, TRANSFORMS[0], "cuda", "torch")
+    out = apply_transform(audio, sr, TRANSFORMS[0], "cuda", renderer)
     assert f0_median_hz(out, sr) == pytest.approx(190.0, rel=0.05)
 
 
