@@ -1,7 +1,8 @@
 """Voice matching and styling on the device, on a real NVIDIA GPU (skipped without CUDA).
 
-The PyTorch, PSOLA and mel renderers and the batched scoring on CUDA give what they give on the CPU, a batch of different
-transforms equals each row run alone, and a cloned request through the worker matches on the device.
+The device renderers (PyTorch, PSOLA, harmonic, mel) and the batched scoring on CUDA give what they give on the CPU,
+a batch of different transforms equals each row run alone, and a cloned request through the worker matches on the
+device.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def speech() -> tuple[np.ndarray, int]:
     return audio, sr
 
 
-@pytest.mark.parametrize("renderer", ["torch", "psola"])
+@pytest.mark.parametrize("renderer", ["torch", "psola", "harmonic"])
 def test_the_device_renderers_on_cuda_equal_the_cpu(speech: tuple[np.ndarray, int], renderer: str) -> None:
     audio, sr = speech
     for transform in TRANSFORMS[:2]:

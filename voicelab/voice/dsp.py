@@ -15,16 +15,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from voicelab.voice import mel_render, spectral, world_render
-from voicelab.voice import psola as voice_psola
+from voicelab.voice import harmonic, mel_render, psola, spectral, world_render
 from voicelab.voice.mel import MEL_RATE
 from voicelab.voice.transform import EQ_LIMIT_DB, VoiceTransform, eq_curve_db
 
 __all__ = ["EQ_LIMIT_DB", "RENDERERS", "VoiceTransform", "apply_transform", "apply_transforms", "transform_batch"]
 
-# world: WORLD on the CPU (numpy); torch: voice.spectral on the device; psola: voice.psola (its pitch by TD-PSOLA) on
-# the device; mel: voice.mel_render (HiFi-GAN) on the device
-RENDERERS = ("torch", "world", "psola", "mel")
+# world: WORLD on the CPU (numpy); on the device: torch (voice.spectral), psola (voice.psola: its pitch by TD-PSOLA),
+# harmonic (voice.harmonic: voiced frames re-excited at the new pitch), mel (voice.mel_render: HiFi-GAN)
+RENDERERS = ("torch", "world", "psola", "harmonic", "mel")
 PEAK_CEILING = 0.97
 LIMITER_WINDOW_S = 0.005
 _MIN_MOVE_S = 0.1  # shorter pieces are only equalised and levelled
@@ -102,7 +101,7 @@ def transform_batch(
         elif renderer == "mel":
             out = _mel_batch(x, lengths, sr, transforms, seed)
         else:
-            out = _torch_batch(x, lengths, sr, transforms, seed, analysis, psola=renderer == "psola")
+            out = _torch_batch(x, lengths, sr, transforms, seed, analysis, renderer)
         inside = torch.arange(x.shape[-1], device=x.device).unsqueeze(0) < lengths.unsqueeze(-1)
         out = torch.where(inside, out, torch.zeros_like(out))
         gain = torch.tensor([t.gain_db for t in transforms], device=x.device)
@@ -117,7 +116,7 @@ def _torch_batch(
     transforms: Sequence[VoiceTransform],
     seed: int,
     analysis: spectral.Analysis | None,
-    psola: bool = False,
+    renderer: str = "torch",
 ) -> torch.Tensor:
     controls = controls_for(transforms, sr, x.device)
     short = lengths < _MIN_MOVE_S * sr
@@ -125,8 +124,10 @@ def _torch_batch(
         **{**controls.__dict__, "moves_pitch": controls.moves_pitch & ~short, "whisper": controls.whisper & ~short}
     )
     analysed = analysis or spectral.analyse(x, lengths, sr)
-    if psola:
-        return voice_psola.render(x, analysed, controls, seed)[:, : x.shape[-1]]
+    if renderer == "psola":
+        return psola.render(x, analysed, controls, seed)[:, : x.shape[-1]]
+    if renderer == "harmonic":
+        return harmonic.render(x, analysed, controls, seed)[:, : x.shape[-1]]
     return spectral.render(analysed, controls, seed)[:, : x.shape[-1]]
 
 
