@@ -12,6 +12,7 @@ and whisper act as in ``spectral``.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -45,18 +46,7 @@ def excitation(f0: torch.Tensor, ratio: torch.Tensor, hop: int, sr: int, n: int,
 
 def render(x: torch.Tensor, a: spectral.Analysis, c: spectral.Controls, seed: int = 0) -> torch.Tensor:
     """``spectral.render`` with the voiced frames of moved rows re-excited at their new pitch (B, N)."""
-    grid, (b, t, k) = a.grid, a.spec.shape
-    bins = torch.arange(k, device=a.spec.device, dtype=torch.float32)
-    env = spectral.lerp_bins(a.log_env, (bins / c.formant.view(-1, 1, 1)).expand(b, t, k))
-    eq = c.eq_db.unsqueeze(1) * (math.log(10.0) / 20.0)
-    out = a.spec * torch.exp(eq)
-    if bool(c.moves_pitch.any()):
-        out = torch.where(c.moves_pitch.view(-1, 1, 1), _moved(x, a, c, env, seed) * torch.exp(eq), out)
-    if bool(c.whisper.any()):
-        out = torch.where(c.whisper.view(-1, 1, 1), spectral.whisper(a, env, eq, seed), out)
-    window = torch.hann_window(grid.n_fft, periodic=True, device=a.spec.device)
-    length = int(a.lengths.max())
-    return torch.istft(out.transpose(1, 2), grid.n_fft, grid.hop, window=window, center=True, length=length)
+    return spectral.render(a, c, seed, mover=functools.partial(_moved, x, seed=seed))
 
 
 def _moved(x: torch.Tensor, a: spectral.Analysis, c: spectral.Controls, env: torch.Tensor, seed: int) -> torch.Tensor:

@@ -12,6 +12,7 @@ same frames; whispers replace the excitation by noise under a smoother envelope.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -203,17 +204,24 @@ def resample_back(z: torch.Tensor, positions: torch.Tensor, grid: Grid, n: int) 
     return (samples * kernel).sum(-1)
 
 
-def render(a: Analysis, c: Controls, seed: int = 0) -> torch.Tensor:
-    """The transformed batch (B, N), before loudness; rows that keep pitch and formants keep their phases."""
+# How a renderer moves pitch: (analysis, controls, the warped envelope) -> the moved rows' frames (B, T, K).
+Mover = Callable[[Analysis, Controls, torch.Tensor], torch.Tensor]
+
+
+def render(a: Analysis, c: Controls, seed: int = 0, mover: Mover | None = None) -> torch.Tensor:
+    """The transformed batch (B, N), before loudness; rows that keep pitch and formants keep their phases.
+
+    ``mover`` moves the pitch of the rows that move it (default: this module's phase vocoder; ``psola`` and
+    ``harmonic`` pass their own); envelope warp, EQ, whisper and the inverse STFT are the same for every renderer."""
     grid, (b, t, k) = a.grid, a.spec.shape
     bins = torch.arange(k, device=a.spec.device, dtype=torch.float32)
     env = lerp_bins(a.log_env, (bins / c.formant.view(-1, 1, 1)).expand(b, t, k))
     eq = c.eq_db.unsqueeze(1) * (math.log(10.0) / 20.0)
     out = a.spec * torch.exp(eq)
     if bool(c.moves_pitch.any()):
-        out = torch.where(c.moves_pitch.view(-1, 1, 1), _moved(a, c, env) * torch.exp(eq), out)
+        out = torch.where(c.moves_pitch.view(-1, 1, 1), (mover or _moved)(a, c, env) * torch.exp(eq), out)
     if bool(c.whisper.any()):
-        out = torch.where(c.whisper.view(-1, 1, 1), whisper(a, env, eq, seed), out)
+        out = torch.where(c.whisper.view(-1, 1, 1), _whisper(a, env, eq, seed), out)
     window = _window(grid, a.spec.device)
     length = int(a.lengths.max())
     return torch.istft(out.transpose(1, 2), grid.n_fft, grid.hop, window=window, center=True, length=length)
@@ -241,7 +249,7 @@ def envelope_replaced(y: torch.Tensor, a: Analysis, ratio: torch.Tensor, env: to
     return spec * torch.exp((env - current).clamp(-6.0, 6.0))
 
 
-def whisper(a: Analysis, env: torch.Tensor, eq: torch.Tensor, seed: int) -> torch.Tensor:
+def _whisper(a: Analysis, env: torch.Tensor, eq: torch.Tensor, seed: int) -> torch.Tensor:
     """Noise under a smoother, formant-warped envelope: speech with no voicing (B, T, K)."""
     grid = a.grid
     cutoff = torch.full((env.shape[0],), a.sample_rate / WHISPER_SMOOTH_HZ, device=env.device)
