@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 ANCHOR_RTF = {1: 0.089, 4: 0.060}  # NVIDIA Triton + TRT-LLM, one L20, CosyVoice2, offline mode
 ANCHOR_REQUESTS = 26
@@ -56,21 +57,19 @@ def anchor_voices(folder: Path, count: int, prompts: Sequence[Path]) -> list[tup
     return voices
 
 
-def rtf_by_clients(anchor: Mapping[str, object]) -> dict[int, float]:
+def rtf_by_clients(anchor: Mapping[str, Any]) -> dict[int, float]:
     """The anchor phase's RTF (wall time over audio) per client count."""
     rows = anchor.get("throughput", [])
-    assert isinstance(rows, list)
     return {int(row["clients"]): 1.0 / max(row["audio_s_per_s"], 1e-9) for row in rows}
 
 
-def anchor_line(anchor: Mapping[str, object]) -> str:
+def anchor_line(anchor: Mapping[str, Any]) -> str:
     """'RTF at concurrency 1 / 4: X / Y (NVIDIA Triton+TRT-LLM on an L20: 0.089 / 0.060)' and the shape measured."""
     rtf = rtf_by_clients(anchor)
     counts = sorted(rtf)
     ours = " / ".join(f"{rtf[c]:.3f}" for c in counts)
     theirs = " / ".join(f"{ANCHOR_RTF[c]:.3f}" if c in ANCHOR_RTF else "-" for c in counts)
-    rows = anchor.get("throughput", [])
-    assert isinstance(rows, list) and rows
+    rows = anchor["throughput"]
     audio_each = rows[0]["audio_s_per_s"] * rows[0]["wall_s"] / rows[0]["requests"]
     return (
         f"RTF at concurrency {' / '.join(map(str, counts))}: {ours} (NVIDIA Triton+TRT-LLM on an L20: {theirs}); "

@@ -151,6 +151,15 @@ def _request(job: Job, stream: bool) -> Any:
     )  # fmt: skip
 
 
+def _whole_request(service: Any) -> Callable[[Job], float]:
+    """A job sent whole (not streamed) through the service; the seconds of audio it made."""
+
+    def call(job: Job) -> float:
+        return float(service.generate(_request(job, stream=False)).first.result.duration_s)
+
+    return call
+
+
 def corpus_cut(index: int, chars: int) -> str:
     """The ``index``-th text of ``chars`` characters cut from the soak's corpus (97 characters apart): the streamed
     texts of ``bench cosyvoice`` and of the first-audio benches, so each measures first audio on the same texts."""
@@ -238,9 +247,7 @@ def run_voicelab(args: argparse.Namespace, jobs: list[Job], short: list[Job], co
             print(f"  voicelab streamed ({'cached' if cached else 'new'} voice): first audio "
                   f"{result.first_audio_s:.3f} s of {result.duration_s:.1f} s", flush=True)  # fmt: skip
 
-        def call(job: Job) -> float:
-            return float(service.generate(_request(job, stream=False)).first.result.duration_s)
-
+        call = _whole_request(service)
         try:
             served = _throughputs("voicelab", call, args.clients, args.throughput_requests, short, None)
         except Exception as exc:  # the soak's figures above still stand; say what broke
@@ -296,9 +303,6 @@ def run_dtype_probe(args: argparse.Namespace, jobs: list[Job], short: list[Job],
             service.generate(_request(job, stream=False)).first.result.peak_allocated_bytes
             for job in jobs[:PROBE_REQUESTS]
         ]
-
-        def call(job: Job) -> float:
-            return float(service.generate(_request(job, stream=False)).first.result.duration_s)
-
-        anchor = anchor_phase(call, getattr(args, "anchor_requests", 0), [1])  # its speed alone, beside float32's
+        # its speed alone, beside float32's
+        anchor = anchor_phase(_whole_request(service), getattr(args, "anchor_requests", 0), [1])
     conn.send({"probe_peak": max(peaks), "anchor": anchor})

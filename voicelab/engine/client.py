@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from voicelab.engine.jobs import Job, RestartCall, with_seed
+from voicelab.engine.jobs import Job, RestartCall, restart_reason, with_seed
 from voicelab.engine.messages import (
     AllocatorStats,
     CleanReport,
@@ -133,8 +133,7 @@ class EngineClient:
                 raise EngineStoppedError()
             pending = slot.restart
             if pending is None:
-                reason = f"voice engine {backend} chosen" if backend else "soft restart requested"
-                slot.restart = RestartCall(force, reason, future, backend)
+                slot.restart = RestartCall(force, restart_reason(backend), future, backend)
                 self._pool.lock.notify_all()
             elif backend in (None, pending.backend):
                 future = pending.future

@@ -18,7 +18,7 @@ from typing import Any
 
 from voicelab.backends.base import AudioChunk
 from voicelab.engine.core import EngineCore
-from voicelab.engine.jobs import Job, busy_error, with_seed
+from voicelab.engine.jobs import Job, busy_error, restart_reason, with_seed
 from voicelab.engine.messages import (
     AllocatorStats,
     ChunkReady,
@@ -152,8 +152,7 @@ class InprocClient:
         self._restarts += 1
         self._started = time.monotonic()
         after = self.core.stats()
-        reason = f"voice engine {backend} chosen" if backend else "soft restart requested"
-        return RestartReport(0, 0, time.monotonic() - started, force, None, before, after, reason)
+        return RestartReport(0, 0, time.monotonic() - started, force, None, before, after, restart_reason(backend))
 
     def _serve(self) -> None:
         while (work := self._queue.get()) is not None:

@@ -115,6 +115,11 @@ class ControlCall:
     future: Future[Any]
 
 
+def restart_reason(backend: str | None) -> str:
+    """What a Soft restart's report says it was for: a plain restart, or the voice engine switch to ``backend``."""
+    return f"voice engine {backend} chosen" if backend else "soft restart requested"
+
+
 @dataclass
 class RestartCall:
     """A soft restart asked for; ``force`` requeues the job in flight instead of waiting for it; ``backend``: the
