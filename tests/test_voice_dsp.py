@@ -144,7 +144,7 @@ def test_empty_and_tiny_inputs_do_not_crash(apply: Apply) -> None:
     assert tiny.shape == (10,) and np.isfinite(tiny).all()
 
 
-@pytest.mark.parametrize("renderer", ["torch", "psola", "harmonic"])
+@pytest.mark.parametrize("renderer", ["torch", "psola", "harmonic", "pulse"])
 def test_a_batch_of_different_transforms_equals_each_row_alone(speech: tuple[np.ndarray, int], renderer: str) -> None:
     audio, sr = speech
     pieces = [audio, audio[: len(audio) // 2], audio[len(audio) // 3 :]]

@@ -1,8 +1,8 @@
 """Voice matching and styling on the device, on a real NVIDIA GPU (skipped without CUDA).
 
-The device renderers (PyTorch, PSOLA, harmonic, mel) and the batched scoring on CUDA give what they give on the CPU,
-a batch of different transforms equals each row run alone, and a cloned request through the worker matches on the
-device.
+The device renderers (PyTorch, PSOLA, harmonic, pulse, mel) and the batched scoring on CUDA give what they give on
+the CPU, a batch of different transforms equals each row run alone, and a cloned request through the worker matches
+on the device.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def speech() -> tuple[np.ndarray, int]:
     return audio, sr
 
 
-@pytest.mark.parametrize("renderer", ["torch", "psola", "harmonic"])
+@pytest.mark.parametrize("renderer", ["torch", "psola", "harmonic", "pulse"])
 def test_the_device_renderers_on_cuda_equal_the_cpu(speech: tuple[np.ndarray, int], renderer: str) -> None:
     audio, sr = speech
     for transform in TRANSFORMS[:2]:
@@ -82,10 +82,11 @@ def test_scoring_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int]) -> None:
 @ENGLISH_VOICE
 @GE2E
 @ECAPA
-def test_a_cloned_request_matches_on_the_device() -> None:
-    core = EngineCore(Settings(device="cuda", voice_renderer="torch", backend=BUILTIN_ON_GPU))
+@pytest.mark.parametrize("renderer", ["auto", "torch"])
+def test_a_cloned_request_matches_on_the_device(renderer: str) -> None:
+    core = EngineCore(Settings(device="cuda", voice_renderer=renderer, backend=BUILTIN_ON_GPU))
     try:
-        assert core.voice.renderer == "torch"
+        assert core.voice.renderer == ("pulse" if renderer == "auto" else renderer)  # auto: WORLD's method on the GPU
         prompt = load_prompt(DATA / "arctic_slt_en_female.wav")
         result = core.synthesize(SynthesisRequest(text="The birch canoe slid on the smooth planks.", prompt=prompt))
         assert result.similarity is not None and result.similarity_base is not None

@@ -129,14 +129,14 @@ def style_transform(adjust: StyleAdjust) -> VoiceTransform:
 
 
 def resolve_renderer(name: str, device: str) -> str:
-    """``auto``: WORLD on every device for now: it scores higher similarity than the STFT renderer (ECAPA +0.008 vs
-    -0.006, GE2E +0.166 vs +0.118 on the test prompts, 2026-12-03, docs/benchmarks.md); the STFT and mel (HiFi-GAN)
-    renderers are the opt-in device paths until one is measured to match it (the mel renderer's evaluation is not
-    complete: docs/benchmarks.md)."""
+    """``auto``: ``pulse`` (WORLD in PyTorch) on a GPU, ``world`` (pyworld) on the CPU. The two are one algorithm
+    and score alike (ECAPA gain +0.025 / +0.049 against +0.018 / +0.042 on both prompt sets, docs/benchmarks.md),
+    but ``pulse`` is ~4x slower than pyworld on a CPU and runs on the GPU without a round trip to the host."""
     if name == "auto":
-        return "world"
+        return "pulse" if device.startswith("cuda") else "world"
     if name not in RENDERERS:
-        raise BackendLoadError(f"Unknown voice renderer '{name}'; use auto, {' or '.join(RENDERERS)}.")
+        choices = f"auto, {', '.join(RENDERERS[:-1])} or {RENDERERS[-1]}"
+        raise BackendLoadError(f"Unknown voice renderer '{name}'; use {choices}.")
     return name
 
 

@@ -15,15 +15,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from voicelab.voice import harmonic, mel_render, psola, spectral, world_render
+from voicelab.voice import harmonic, mel_render, psola, pulse, spectral, world_render
 from voicelab.voice.mel import MEL_RATE
 from voicelab.voice.transform import EQ_LIMIT_DB, VoiceTransform, eq_curve_db
 
 __all__ = ["EQ_LIMIT_DB", "RENDERERS", "VoiceTransform", "apply_transform", "apply_transforms", "transform_batch"]
 
 # world: WORLD on the CPU (numpy); on the device: torch (voice.spectral), psola (voice.psola: its pitch by TD-PSOLA),
-# harmonic (voice.harmonic: voiced frames re-excited at the new pitch), mel (voice.mel_render: HiFi-GAN)
-RENDERERS = ("torch", "world", "psola", "harmonic", "mel")
+# harmonic (voice.harmonic: voiced frames re-excited at the new pitch), mel (voice.mel_render: HiFi-GAN),
+# pulse (voice.pulse: WORLD's analysis and synthesis in PyTorch)
+RENDERERS = ("torch", "world", "psola", "harmonic", "mel", "pulse")
 PEAK_CEILING = 0.97
 LIMITER_WINDOW_S = 0.005
 _MIN_MOVE_S = 0.1  # shorter pieces are only equalised and levelled
@@ -84,12 +85,13 @@ def transform_batch(
     sr: int,
     transforms: Sequence[VoiceTransform],
     seed: int = 0,
-    analysis: spectral.Analysis | None = None,
+    analysis: spectral.Analysis | pulse.PulseFeatures | None = None,
     renderer: str = "torch",
 ) -> torch.Tensor:
     """A padded batch (B, N) with one transform per row, on its own device; float32, within [-1, 1].
 
-    ``analysis`` reuses ``spectral.analyse`` of this very batch (the matcher renders one utterance many times).
+    ``analysis`` reuses ``spectral.analyse`` (``pulse.analyse`` for ``pulse``) of this very batch (the matcher
+    renders one utterance many times).
     """
     if renderer not in RENDERERS:
         raise ValueError(f"Unknown voice renderer {renderer!r}; use one of {', '.join(RENDERERS)}.")
@@ -98,10 +100,12 @@ def transform_batch(
         level = active_rms_db(x, lengths, sr)
         if renderer == "world":
             out = _world_batch(x, lengths, sr, transforms)
-        elif renderer == "mel":
-            out = _mel_batch(x, lengths, sr, transforms, seed)
+        elif renderer in ("mel", "pulse"):
+            features = analysis if isinstance(analysis, pulse.PulseFeatures) else None
+            out = _resynthesised_batch(x, lengths, sr, transforms, seed, renderer, features)
         else:
-            out = _torch_batch(x, lengths, sr, transforms, seed, analysis, renderer)
+            spectra = analysis if isinstance(analysis, spectral.Analysis) else None
+            out = _torch_batch(x, lengths, sr, transforms, seed, spectra, renderer)
         inside = torch.arange(x.shape[-1], device=x.device).unsqueeze(0) < lengths.unsqueeze(-1)
         out = torch.where(inside, out, torch.zeros_like(out))
         gain = torch.tensor([t.gain_db for t in transforms], device=x.device)
@@ -131,11 +135,18 @@ def _torch_batch(
     return spectral.render(analysed, controls, seed)[:, : x.shape[-1]]
 
 
-def _mel_batch(
-    x: torch.Tensor, lengths: torch.Tensor, sr: int, transforms: Sequence[VoiceTransform], seed: int
+def _resynthesised_batch(
+    x: torch.Tensor,
+    lengths: torch.Tensor,
+    sr: int,
+    transforms: Sequence[VoiceTransform],
+    seed: int,
+    renderer: str,
+    features: pulse.PulseFeatures | None = None,
 ) -> torch.Tensor:
-    """Rows that move pitch or formants through HiFi-GAN; the rest (EQ only, whispers, pieces under 0.1 s) through
-    the STFT renderer, which keeps their own phases (a whisper has no harmonics to move)."""
+    """Rows that move pitch or formants made anew (HiFi-GAN for ``mel``, WORLD's pulses for ``pulse``); the rest
+    (EQ only, whispers, pieces under 0.1 s) through the STFT renderer, which keeps their own phases (a whisper has
+    no harmonics to move)."""
     vocoded = [
         row
         for row, (n, t) in enumerate(zip(lengths.tolist(), transforms, strict=True))
@@ -149,8 +160,13 @@ def _mel_batch(
     if vocoded:
         index = torch.tensor(vocoded, device=x.device)
         rows = x[index][:, : int(lengths[index].max())]
-        controls = controls_for([transforms[r] for r in vocoded], MEL_RATE, x.device)
-        moved = mel_render.render(rows, sr, controls, mel_render.vocoder_on(str(x.device)))
+        chosen = [transforms[r] for r in vocoded]
+        if renderer == "pulse":
+            reuse = features if len(vocoded) == len(transforms) else None  # the analysis is of the whole batch
+            moved = pulse.render(rows, lengths[index], sr, controls_for(chosen, sr, x.device), seed, reuse)
+        else:
+            controls = controls_for(chosen, MEL_RATE, x.device)
+            moved = mel_render.render(rows, sr, controls, mel_render.vocoder_on(str(x.device)))
         out[index, : moved.shape[-1]] = moved
     return out
 

@@ -30,8 +30,9 @@ def frame_signal(x: torch.Tensor, frame: int, hop: int, lead: int | None = None)
     return frames[:, : x.shape[-1] // hop + 1]
 
 
-def yin_f0(x: torch.Tensor, sr: int, hop: int) -> torch.Tensor:
-    """F0 in Hz per frame (B, T), 0 where unvoiced; frames centred every ``hop`` samples."""
+def yin_f0(x: torch.Tensor, sr: int, hop: int, unvoiced: float = UNVOICED) -> torch.Tensor:
+    """F0 in Hz per frame (B, T), 0 where unvoiced (no dip below ``unvoiced``); frames centred every ``hop``
+    samples."""
     lag_min = max(2, int(sr / F0_CEILING_HZ))
     lag_max = math.ceil(sr / F0_FLOOR_HZ)
     window = max(lag_max, int(0.025 * sr))
@@ -41,7 +42,7 @@ def yin_f0(x: torch.Tensor, sr: int, hop: int) -> torch.Tensor:
     energy = frames[..., :window].square().mean(-1).clamp_min(1e-12)
     level = 10.0 * torch.log10(energy)
     loud = level > level.amax(dim=-1, keepdim=True) - SILENCE_DB
-    voiced = (depth < UNVOICED) & loud
+    voiced = (depth < unvoiced) & loud
     f0 = torch.where(voiced, sr / lag, torch.zeros_like(lag))
     return _smooth(_fold_octaves(f0))
 
