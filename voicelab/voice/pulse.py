@@ -29,6 +29,13 @@ FRAME_S = 0.005
 # then gaps and islands of up to two frames closed and removed (88.5 %).
 VOICING_DIP = 0.45
 VOICING_RUN = 3
+# Every FFT here is batched over frames or pulses, whose counts follow the text; rounded up to these steps, the
+# transforms' shapes recur from request to request, so cuFFT builds a handful of plans instead of ~20 new ones
+# per request (each costs milliseconds and host memory that stays: the H200 soak's worker grew 288 MiB in 300
+# requests before the rounding, docs/benchmarks.md).
+FRAME_BUCKET = 64
+PULSE_BUCKET = 256
+SAMPLE_BUCKET = 8192
 _SAFE_APERIODICITY = (0.001, 0.999999999999)
 _GUARD = 1e-12
 
@@ -48,13 +55,18 @@ class PulseFeatures:
 def analyse(x: torch.Tensor, lengths: torch.Tensor, sr: int) -> PulseFeatures:
     """YIN's F0 every 5 ms, and CheapTrick's envelope and D4C's aperiodicity on those frames."""
     hop = round(FRAME_S * sr)
-    frames = int(lengths.max()) // hop + 1
+    frames = rounded_up(int(lengths.max()) // hop + 1, FRAME_BUCKET)  # frames past a row's end are never read
+    x = F.pad(x, (0, max(0, frames * hop - x.shape[-1])))
     f0 = voicing_cleaned(yin_f0(x, sr, hop, VOICING_DIP)[:, :frames])
     positions = (torch.arange(frames, device=x.device, dtype=torch.float32) * hop / sr).expand_as(f0)
     fft_size = cheaptrick_fft_size(sr)
     envelope = cheaptrick(x, lengths, sr, f0, positions, fft_size)
     aperiodicity = d4c(x, lengths, sr, f0, positions, fft_size)
     return PulseFeatures(f0, envelope, aperiodicity, lengths, sr, hop)
+
+
+def rounded_up(n: int, step: int) -> int:
+    return -(-n // step) * step
 
 
 def voicing_cleaned(f0: torch.Tensor) -> torch.Tensor:
@@ -98,9 +110,11 @@ def equalise(y: torch.Tensor, sr: int, eq_db: torch.Tensor) -> torch.Tensor:
     """Each row (B, N) through its gain per STFT bin of ``spectral``'s grid (B, K), zero phase."""
     grid = spectral.Grid.for_rate(sr)
     window = torch.hann_window(grid.n_fft, periodic=True, device=y.device)
-    spec = torch.stft(y, grid.n_fft, grid.hop, window=window, center=True, pad_mode="constant", return_complex=True)
+    n = y.shape[-1]
+    padded = F.pad(y, (0, rounded_up(n, SAMPLE_BUCKET) - n))
+    spec = torch.stft(padded, grid.n_fft, grid.hop, window=window, pad_mode="constant", return_complex=True)
     spec = spec * torch.exp(eq_db * (math.log(10.0) / 20.0)).unsqueeze(-1)
-    return torch.istft(spec, grid.n_fft, grid.hop, window=window, center=True, length=y.shape[-1])
+    return torch.istft(spec, grid.n_fft, grid.hop, window=window, center=True, length=padded.shape[-1])[:, :n]
 
 
 def warp_envelope(envelope: torch.Tensor, formant: torch.Tensor) -> torch.Tensor:
@@ -113,13 +127,15 @@ def warp_envelope(envelope: torch.Tensor, formant: torch.Tensor) -> torch.Tensor
 
 @dataclass(frozen=True)
 class Pulses:
-    """Where each pulse goes: its row, sample, fractional delay (samples), voicing and period (samples)."""
+    """Where each pulse goes: its row, sample, fractional delay (samples), voicing and period (samples); ``real`` is
+    False for the silent pulses that round the count up to ``PULSE_BUCKET``."""
 
     row: torch.Tensor
     sample: torch.Tensor
     delay: torch.Tensor
     voiced: torch.Tensor
     period: torch.Tensor
+    real: torch.Tensor
 
 
 def pulse_times(f0: torch.Tensor, lengths: torch.Tensor, hop: int, sr: int) -> Pulses:
@@ -142,7 +158,11 @@ def pulse_times(f0: torch.Tensor, lengths: torch.Tensor, hop: int, sr: int) -> P
     following = torch.cat([sample[1:], sample[-1:]])
     same_row = torch.cat([row[1:] == row[:-1], row.new_zeros(1, dtype=torch.bool)])[: len(row)]
     period = torch.where(same_row, following - sample, torch.zeros_like(sample))
-    return Pulses(row, sample, delay.float(), voiced[row, sample], period)
+    real = torch.ones_like(row, dtype=torch.bool)
+    spare = rounded_up(len(row), PULSE_BUCKET) - len(row)  # silent pulses: no voicing, no noise, at row 0's start
+    row, sample, period, real = (F.pad(t, (0, spare)) for t in (row, sample, period, real))
+    voicing_at = F.pad(voiced[row[: len(row) - spare], sample[: len(row) - spare]], (0, spare))
+    return Pulses(row, sample, F.pad(delay.float(), (0, spare)), voicing_at, period, real)
 
 
 def _frame_pair(sample: torch.Tensor, lengths: torch.Tensor, hop: int) -> tuple[torch.Tensor, ...]:
@@ -213,10 +233,10 @@ def _dc_remover(fft_size: int, device: torch.device) -> torch.Tensor:
 
 def _aperiodic(spectrum: torch.Tensor, ratio: torch.Tensor, p: Pulses, fft_size: int, seed: int) -> torch.Tensor:
     """A period of zero-mean white noise per pulse through the aperiodic minimum-phase filter (P, fft_size)."""
-    noise = torch.empty(len(p.sample), fft_size, device=spectrum.device)
-    for row in p.row.unique().tolist():  # each row its own draw: a batch equals each row alone
+    noise = torch.zeros(len(p.sample), fft_size, device=spectrum.device)
+    for row in p.row[p.real].unique().tolist():  # each row its own draw: a batch equals each row alone
         generator = torch.Generator(device=spectrum.device).manual_seed(seed + 17)
-        chosen = p.row == row
+        chosen = (p.row == row) & p.real
         noise[chosen] = torch.randn(int(chosen.sum()), fft_size, generator=generator, device=spectrum.device)
     inside = torch.arange(fft_size, device=spectrum.device) < p.period.unsqueeze(-1)
     noise = torch.where(inside, noise, torch.zeros_like(noise))
