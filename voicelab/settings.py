@@ -31,7 +31,7 @@ class Settings:
     job_timeout_s: float = 300.0
     max_text_chars: int = 5000
     profile_cache_size: int = 8
-    voice_renderer: str = "auto"  # voice matching/styling: torch or mel (the device), world (CPU), auto (= world)
+    voice_renderer: str = "auto"  # voice matching/styling: dsp.RENDERERS, or auto (pulse on a GPU, world on a CPU)
     outputs_dir: str = "outputs"
     auth: str = ""  # "user:password[,user2:password2]" enables login; each login sees only what it made
     admins: str = ""  # comma-separated logins that see (and may delete) every login's History and saved voices
@@ -125,7 +125,8 @@ HELP = {
     "job_timeout_s": "a job running longer is stopped and its worker replaced",
     "max_text_chars": "longest text accepted",
     "profile_cache_size": "speaker profiles kept (least recently used evicted)",
-    "voice_renderer": "voice matching and styles: torch or mel (the worker's device), world (CPU), auto (= world)",
+    "voice_renderer": "voice matching and styles: pulse, torch, psola, harmonic or mel (the worker's device), world "
+    "(CPU), auto (pulse on a GPU, world on a CPU)",
     "outputs_dir": "History, saved voices and Gradio's uploads; the only folder the studio serves",
     "auth": "user:password[,user2:password2]: logins for the UI; the API takes each login's keys (see --api-keys)",
     "admins": "comma-separated logins that see and may delete every login's History and saved voices",

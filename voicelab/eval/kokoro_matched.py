@@ -24,7 +24,7 @@ from voicelab.voice.profile import build_profile
 
 CALIBRATION = 0  # the fitted voice's utterance the search calibrates on
 HELD_OUT = 1  # the one the engine's check scores; the texts after it are judged
-RENDERER = "world"  # the engine's default ("auto")
+RENDERER = "world"  # the engine's default on a CPU ("auto"; pulse on a GPU)
 LOUDNESS_ONLY = {True: ", loudness only", False: ""}
 
 

@@ -1,9 +1,10 @@
 """Signal-level voice transforms, a batch at a time: pitch level and range, formants, whisper, EQ, loudness.
 
-Three renderers move pitch and formants: ``torch`` (``voice.spectral``: STFT, cepstral envelope, phase-vocoder
-stretch and resampling, on the caller's device, under inference mode), ``mel`` (``voice.mel_render``: the same
-source-filter split on the vocoder's spectrogram, re-voiced by HiFi-GAN on the caller's device) and ``world``
-(WORLD resynthesis on the CPU, ``voice.world_render``). Loudness and the peak limiter run in PyTorch for all.
+Six renderers move pitch and formants: ``pulse`` (``voice.pulse``: WORLD's analysis and synthesis in PyTorch on
+the caller's device, the default on a GPU), ``world`` (the same through pyworld on the CPU, ``voice.world_render``,
+the default on a CPU), ``torch`` (``voice.spectral``: STFT, cepstral envelope, phase-vocoder stretch and
+resampling), ``psola`` and ``harmonic`` (``spectral``'s steps with the pitch moved otherwise) and ``mel``
+(``voice.mel_render``: re-voiced by HiFi-GAN). Loudness and the peak limiter run in PyTorch for all.
 """
 
 from __future__ import annotations
@@ -154,9 +155,11 @@ def _resynthesised_batch(
     ]
     rest = [row for row in range(len(transforms)) if row not in vocoded]
     out = torch.zeros_like(x)
-    if rest:
+    if rest:  # trimmed to their own longest row: the STFT renderer reads the batch's width as the rows' length
         index = torch.tensor(rest, device=x.device)
-        out[index] = _torch_batch(x[index], lengths[index], sr, [transforms[r] for r in rest], seed, None)
+        width = int(lengths[index].max())
+        kept = _torch_batch(x[index][:, :width], lengths[index], sr, [transforms[r] for r in rest], seed, None)
+        out[index, :width] = kept
     if vocoded:
         index = torch.tensor(vocoded, device=x.device)
         rows = x[index][:, : int(lengths[index].max())]
