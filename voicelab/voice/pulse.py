@@ -1,13 +1,14 @@
 """The ``pulse`` renderer: WORLD's source-filter resynthesis in batched PyTorch, on the worker's device.
 
-WORLD wins the judges because it re-excites every harmonic at the new pitch: one minimum-phase pulse per period,
-shaped by a spectral envelope measured with an F0-adaptive window (so the old harmonics are not in it), plus noise
-shaped by the same envelope where the aperiodicity says the band is noisy. The ``world`` renderer does it through
-pyworld on the host, a frame and a pulse at a time; here the analysis (YIN's F0, ``world_analysis``'s CheapTrick
-and D4C) and the synthesis (every pulse's response in one batch of FFTs, laid down by one scatter-add) run where the
-voice was made. The synthesis follows WORLD's: pulses where the integrated F0 passes a whole cycle (500 Hz apart
-where unvoiced), a fractional-sample delay each, the periodic part from envelope * (1 - aperiodicity^2), the
-aperiodic part a period of white noise through envelope * aperiodicity^2, both minimum phase.
+WORLD's method scores highest with the judges because it re-excites every harmonic at the new pitch: one
+minimum-phase pulse per period, shaped by a spectral envelope measured with an F0-adaptive window (so the old
+harmonics are not in it), plus noise shaped by the same envelope where the aperiodicity says the band is noisy. The
+``world`` renderer does it through pyworld on the host, a frame and a pulse at a time; here the analysis (YIN's F0,
+``world_analysis``'s CheapTrick and D4C) and the synthesis (every pulse's response in one batch of FFTs, laid down
+by one scatter-add) run where the voice was made. The synthesis follows WORLD's: pulses where the integrated F0
+passes a whole cycle (500 Hz apart where unvoiced), a fractional-sample delay each, the periodic part shaped by the
+envelope times (1 - aperiodicity^2), the aperiodic part a period of white noise shaped by the envelope times
+aperiodicity^2, both minimum phase.
 """
 
 from __future__ import annotations
@@ -30,9 +31,8 @@ FRAME_S = 0.005
 VOICING_DIP = 0.45
 VOICING_RUN = 3
 # Every FFT here is batched over frames or pulses, whose counts follow the text; rounded up to these steps, the
-# transforms' shapes recur from request to request, so cuFFT builds a handful of plans instead of ~20 new ones
-# per request (each costs milliseconds and host memory that stays: the H200 soak's worker grew 288 MiB in 300
-# requests before the rounding, docs/benchmarks.md).
+# transforms' shapes recur from request to request, so cuFFT plans (milliseconds each to build) are mostly reused:
+# the H200 soak's p95 went 0.26-0.30 -> 0.15-0.25 s with the rounding (docs/benchmarks.md).
 FRAME_BUCKET = 64
 PULSE_BUCKET = 256
 SAMPLE_BUCKET = 8192
