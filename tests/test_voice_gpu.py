@@ -19,10 +19,11 @@ from voicelab.engine.core import EngineCore
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.settings import Settings
 from voicelab.voice import pulse
-from voicelab.voice.analysis import f0_median_hz, ltas_db
+from voicelab.voice.analysis import f0_median_hz, ltas_db, resample
 from voicelab.voice.dsp import VoiceTransform, apply_transform, apply_transforms
 from voicelab.voice.encoder import SpeakerEncoder
 from voicelab.voice.intake import load_prompt
+from voicelab.voice.resampling import resample_rows
 
 pytestmark = pytest.mark.gpu
 DATA = Path(__file__).parent / "data"
@@ -96,6 +97,14 @@ def test_scoring_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int]) -> None:
     for a, b in zip(cpu, gpu, strict=True):
         assert b.device.type == "cuda"
         assert float(torch.dot(a, b.cpu())) > 0.999
+
+
+def test_the_scorers_resampling_on_cuda_equals_scipys(speech: tuple[np.ndarray, int]) -> None:
+    audio, sr = speech
+    clip = resample(audio, sr, 22050)  # the built-in voice's rate
+    ours = resample_rows(torch.from_numpy(clip).unsqueeze(0).cuda(), 22050, 16000)[0].cpu().numpy()
+    theirs = resample(clip, 22050, 16000)
+    assert ours.shape == theirs.shape and np.abs(ours - theirs).max() < 1e-5 * np.abs(theirs).max()
 
 
 @ENGLISH_VOICE
