@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from voicelab.bench.first_byte import nearest_rank
 from voicelab.bench.renderers import MATCH, TEXT
 from voicelab.judges.ecapa import EcapaJudge
 from voicelab.voice.analysis import resample
@@ -69,11 +70,6 @@ def measure(device: str, renderer: str, text: str, runs: int) -> list[tuple[str,
     return list(times.items())
 
 
-def _p95(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.clone_stages", description=__doc__.split("\n\n")[1])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -86,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n{args.device}, the sentence said {repeat}x, {args.runs} runs")
         print("| stage | p50 ms | p95 ms |\n|---|---|---|")
         for name, seconds in rows:
-            print(f"| {name} | {1e3 * statistics.median(seconds):.1f} | {1e3 * _p95(seconds):.1f} |")
+            print(f"| {name} | {1e3 * statistics.median(seconds):.1f} | {1e3 * nearest_rank(seconds, 0.95):.1f} |")
         total = sum(statistics.median(seconds) for _, seconds in rows)
         print(f"| sum of the p50s | {1e3 * total:.1f} | |")
     return 0

@@ -17,6 +17,7 @@ import torch
 
 from voicelab.judges.ecapa import JUDGE_RATE, EcapaJudge
 from voicelab.voice.analysis import resample
+from voicelab.voice.dsp import padded_rows
 from voicelab.voice.encoder import SAMPLE_RATE as ENCODER_RATE
 from voicelab.voice.matcher import VoiceMatcher, median_f0, median_f0_many
 from voicelab.voice.profile import SpeakerProfile
@@ -95,11 +96,8 @@ class CloneScorer:
         assert ENCODER_RATE == JUDGE_RATE
         if not self.device.startswith("cuda") or sample_rate == ENCODER_RATE:
             return [resample(piece, sample_rate, ENCODER_RATE) for piece in pieces]
-        batch = torch.zeros(len(pieces), max(len(p) for p in pieces))
-        for row, piece in enumerate(pieces):
-            batch[row, : len(piece)] = torch.from_numpy(np.asarray(piece, dtype=np.float32))
         with torch.inference_mode():
-            moved = resample_rows(batch.to(self.device), sample_rate, ENCODER_RATE).cpu().numpy()
+            moved = resample_rows(padded_rows(pieces).to(self.device), sample_rate, ENCODER_RATE).cpu().numpy()
         return [
             np.ascontiguousarray(moved[row, : -(-len(p) * ENCODER_RATE // sample_rate)]) for row, p in enumerate(pieces)
         ]

@@ -183,6 +183,14 @@ def _world_batch(x: torch.Tensor, lengths: torch.Tensor, sr: int, transforms: Se
     return out
 
 
+def padded_rows(pieces: Sequence[np.ndarray]) -> torch.Tensor:
+    """The pieces as rows of one zero-padded float32 batch on the CPU (B, longest, at least 1)."""
+    batch = torch.zeros(len(pieces), max([len(p) for p in pieces] + [1]))
+    for row, piece in enumerate(pieces):
+        batch[row, : len(piece)] = torch.from_numpy(np.asarray(piece, dtype=np.float32))
+    return batch
+
+
 def apply_transforms(
     pieces: Sequence[np.ndarray],
     sr: int,
@@ -194,11 +202,8 @@ def apply_transforms(
     lengths = [len(p) for p in pieces]
     if not pieces or max(lengths) == 0:
         return [np.zeros(n, dtype=np.float32) for n in lengths]
-    batch = torch.zeros(len(pieces), max(lengths), dtype=torch.float32)
-    for row, piece in enumerate(pieces):
-        batch[row, : len(piece)] = torch.from_numpy(np.asarray(piece, dtype=np.float32))
     lengths_t = torch.tensor(lengths, device=device)
-    out = transform_batch(batch.to(device), lengths_t, sr, transforms, renderer=renderer).cpu().numpy()
+    out = transform_batch(padded_rows(pieces).to(device), lengths_t, sr, transforms, renderer=renderer).cpu().numpy()
     return [np.ascontiguousarray(out[row, :n]) for row, n in enumerate(lengths)]
 
 

@@ -19,7 +19,7 @@ import torch
 
 from voicelab.voice import pulse, spectral
 from voicelab.voice.analysis import VoiceStats, analyse_voice, ltas_db, resample
-from voicelab.voice.dsp import EQ_LIMIT_DB, VoiceTransform, apply_transform, transform_batch
+from voicelab.voice.dsp import EQ_LIMIT_DB, VoiceTransform, apply_transform, padded_rows, transform_batch
 from voicelab.voice.encoder import SAMPLE_RATE as ENCODER_RATE
 from voicelab.voice.encoder import SpeakerEncoder
 from voicelab.voice.pitch import voiced_median, yin_f0
@@ -97,11 +97,8 @@ def median_f0_many(audios: list[np.ndarray], sr: int, device: torch.device | str
     """``median_f0`` of each, tracked as one zero-padded batch (padding is silence: unvoiced frames)."""
     if not audios:
         return []
-    batch = torch.zeros(len(audios), max(max(len(a) for a in audios), 1))
-    for row, audio in enumerate(audios):
-        batch[row, : len(audio)] = torch.from_numpy(np.asarray(audio, dtype=np.float32))
     with torch.inference_mode():
-        medians = voiced_median(yin_f0(batch.to(device), sr, spectral.Grid.for_rate(sr).hop))
+        medians = voiced_median(yin_f0(padded_rows(audios).to(device), sr, spectral.Grid.for_rate(sr).hop))
     return [float(m) for m in medians.cpu()]
 
 

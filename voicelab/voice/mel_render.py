@@ -53,7 +53,7 @@ def moved_log_magnitude(log_mag: torch.Tensor, f0: torch.Tensor, c: spectral.Con
     bins = torch.arange(k, device=log_mag.device, dtype=log_mag.dtype)
     ratio = spectral.pitch_ratio(f0, c)
     moved_fine = spectral.lerp_bins(fine, (bins / ratio.unsqueeze(-1)).expand(b, t, k))
-    warped = spectral.lerp_bins(envelope, (bins / c.formant.view(-1, 1, 1)).expand(b, t, k))
+    warped = spectral.formant_warped(envelope, c.formant)
     eq = c.eq_db.unsqueeze(1) * (math.log(10.0) / 20.0)
     return warped + moved_fine + eq
 

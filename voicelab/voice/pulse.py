@@ -118,11 +118,8 @@ def equalise(y: torch.Tensor, sr: int, eq_db: torch.Tensor) -> torch.Tensor:
 
 
 def warp_envelope(envelope: torch.Tensor, formant: torch.Tensor) -> torch.Tensor:
-    """Each frame's envelope read at f / ``formant`` (B,), in the log domain."""
-    b, t, k = envelope.shape
-    bins = torch.arange(k, device=envelope.device, dtype=torch.float32)
-    source = (bins / formant.view(-1, 1, 1)).expand(b, t, k)
-    return torch.exp(spectral.lerp_bins(torch.log(envelope.clamp_min(1e-30)), source))
+    """Each frame's power envelope read at f / ``formant`` (B,), in the log domain."""
+    return torch.exp(spectral.formant_warped(torch.log(envelope.clamp_min(1e-30)), formant))
 
 
 @dataclass(frozen=True)
@@ -158,11 +155,9 @@ def pulse_times(f0: torch.Tensor, lengths: torch.Tensor, hop: int, sr: int) -> P
     following = torch.cat([sample[1:], sample[-1:]])
     same_row = torch.cat([row[1:] == row[:-1], row.new_zeros(1, dtype=torch.bool)])[: len(row)]
     period = torch.where(same_row, following - sample, torch.zeros_like(sample))
-    real = torch.ones_like(row, dtype=torch.bool)
+    fields = (row, sample, delay.float(), voiced[row, sample], period, torch.ones_like(row, dtype=torch.bool))
     spare = rounded_up(len(row), PULSE_BUCKET) - len(row)  # silent pulses: no voicing, no noise, at row 0's start
-    row, sample, period, real = (F.pad(t, (0, spare)) for t in (row, sample, period, real))
-    voicing_at = F.pad(voiced[row[: len(row) - spare], sample[: len(row) - spare]], (0, spare))
-    return Pulses(row, sample, F.pad(delay.float(), (0, spare)), voicing_at, period, real)
+    return Pulses(*(F.pad(field, (0, spare)) for field in fields))
 
 
 def _frame_pair(sample: torch.Tensor, lengths: torch.Tensor, hop: int) -> tuple[torch.Tensor, ...]:

@@ -132,6 +132,13 @@ def pitch_ratio(f0: torch.Tensor, c: Controls) -> torch.Tensor:
     return torch.exp(smooth)
 
 
+def formant_warped(log_env: torch.Tensor, formant: torch.Tensor) -> torch.Tensor:
+    """Each frame's log envelope (B, T, K) read at f / ``formant`` (B,): formants moved up by the factor."""
+    b, t, k = log_env.shape
+    bins = torch.arange(k, device=log_env.device, dtype=log_env.dtype)
+    return lerp_bins(log_env, (bins / formant.view(-1, 1, 1)).expand(b, t, k))
+
+
 def lerp_bins(values: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
     """``values`` (B, T, K) read at fractional bin positions (B, T, K), clamped to the last bin."""
     top = values.shape[-1] - 1
@@ -213,9 +220,8 @@ def render(a: Analysis, c: Controls, seed: int = 0, mover: Mover | None = None) 
 
     ``mover`` moves the pitch of the rows that move it (default: this module's phase vocoder; ``psola`` and
     ``harmonic`` pass their own); envelope warp, EQ, whisper and the inverse STFT are the same for every renderer."""
-    grid, (b, t, k) = a.grid, a.spec.shape
-    bins = torch.arange(k, device=a.spec.device, dtype=torch.float32)
-    env = lerp_bins(a.log_env, (bins / c.formant.view(-1, 1, 1)).expand(b, t, k))
+    grid = a.grid
+    env = formant_warped(a.log_env, c.formant)
     eq = c.eq_db.unsqueeze(1) * (math.log(10.0) / 20.0)
     out = a.spec * torch.exp(eq)
     if bool(c.moves_pitch.any()):

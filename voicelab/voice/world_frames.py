@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from voicelab.voice.spectral import lerp_bins
+
 HANN, BLACKMAN = "hann", "blackman"
 WIDEST_HZ = 1000.0  # the widest smoothing asked for: WORLD smooths over at most one F0, and F0 stays below this
 
@@ -75,23 +77,13 @@ def power_spectrum(frames: torch.Tensor, fft_size: int) -> torch.Tensor:
     return torch.fft.rfft(frames, fft_size).abs().square()
 
 
-def lerp_at(values: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-    """``values`` (…, K) read at fractional indices ``position`` (…, M), linearly, clamped to the ends."""
-    top = values.shape[-1] - 1
-    pos = position.clamp(0.0, float(top))
-    low = pos.floor().long().clamp(max=max(top - 1, 0))
-    frac = pos - low
-    a, b = values.gather(-1, low), values.gather(-1, (low + 1).clamp(max=top))
-    return a + frac * (b - a)
-
-
 def dc_correction(spectrum: torch.Tensor, f0: torch.Tensor, sr: int, fft_size: int) -> torch.Tensor:
     """Below F0, each bin gets the spectrum's value mirrored about F0 added (WORLD's DCCorrection)."""
     k = spectrum.shape[-1]
     bins = torch.arange(k, device=spectrum.device, dtype=spectrum.dtype)
     f0_bins = (f0 * fft_size / sr).unsqueeze(-1)
     below = bins < torch.floor(f0_bins) + 1.0  # WORLD: i < upper_limit - 1, upper_limit = 2 + int(f0 * N / fs)
-    replica = lerp_at(spectrum, (f0_bins - bins).expand_as(spectrum))
+    replica = lerp_bins(spectrum, (f0_bins - bins).expand_as(spectrum))
     return torch.where(below, spectrum + replica, spectrum)
 
 
@@ -111,6 +103,6 @@ def linear_smoothing(spectrum: torch.Tensor, width_hz: torch.Tensor, sr: int, ff
     cumulative = mirrored.cumsum(-1) * step  # entry j: the integral up to (j - pad + 0.5) bins
     bins = torch.arange(k, device=spectrum.device, dtype=spectrum.dtype)
     half = (width_hz / step / 2.0).unsqueeze(-1)
-    low = lerp_at(cumulative, bins - half + pad - 0.5)
-    high = lerp_at(cumulative, bins + half + pad - 0.5)
+    low = lerp_bins(cumulative, bins - half + pad - 0.5)
+    high = lerp_bins(cumulative, bins + half + pad - 0.5)
     return ((high - low) / width_hz.unsqueeze(-1)).to(dtype)
