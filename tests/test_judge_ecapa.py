@@ -134,7 +134,8 @@ def test_the_front_end_is_speechbrains_fbank(reference: dict[str, np.ndarray], c
     wave = torch.from_numpy(clips16k[key.split("/", 1)[1]])[None]
     with torch.inference_mode():
         ours = Fbank(EcapaDims().n_mels)(wave)[0].numpy()
-    np.testing.assert_allclose(ours, reference[key], rtol=0, atol=1e-3)
+    # rtol: the FFT's last bits differ by CPU (two of 24,800 values were 2e-3 dB off at -46 dB on one machine)
+    np.testing.assert_allclose(ours, reference[key], rtol=1e-4, atol=1e-3)
 
 
 def test_each_clip_alone_gives_speechbrains_embedding(
@@ -287,3 +288,26 @@ def test_cuda_embeddings_equal_the_cpu_ones(judge: EcapaJudge, clips16k: dict[st
     for row in range(len(waves)):
         assert cosine(on_gpu[row].cpu(), on_cpu[row]) >= 0.99999  # 1 - cos about 2e-7 with cuDNN TF32 on an H200
     gpu.unload()
+
+
+def test_batches_run_at_recurring_widths_and_the_padding_moves_no_embedding(
+    judge: EcapaJudge, clips16k: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    widths: list[int] = []
+    forward = ecapa.EcapaEncoder.forward
+
+    def recorded(self: ecapa.EcapaEncoder, wavs: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
+        widths.append(wavs.shape[1])
+        return forward(self, wavs, samples)
+
+    monkeypatch.setattr(ecapa.EcapaEncoder, "forward", recorded)
+    monkeypatch.setattr(judge, "rounds_shapes", True)  # what a GPU judge does (a CPU one skips the padding)
+    awb = clips16k["arctic_awb_en_male"]
+    pieces = [awb[: int(3.1 * JUDGE_RATE)], awb[: int(3.4 * JUDGE_RATE)]]
+    ours = [judge.raw_embeddings([piece])[0] for piece in pieces]
+    assert widths == [ecapa.WIDTH_STEP * 7] * 2  # 3.5 s: the next half second
+    model = ecapa.load_encoder(ecapa.find_weights_dir(), torch.device("cpu"))
+    with torch.inference_mode():
+        unpadded = [forward(model, torch.from_numpy(p)[None], torch.tensor([len(p)]))[0] for p in pieces]
+    for mine, theirs in zip(ours, unpadded, strict=True):
+        assert cosine(mine, theirs) >= TIGHT

@@ -1,4 +1,5 @@
-"""GE2E speaker encoder: librosa-equal mel filters, strict weight loading, same speaker scores higher."""
+"""GE2E speaker encoder: librosa-equal mel filters, strict weight loading, same speaker scores higher, batches at
+recurring shapes that embed each piece as alone."""
 
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ import torch
 
 from voicelab.errors import BackendLoadError
 from voicelab.voice.analysis import resample
-from voicelab.voice.encoder import SpeakerEncoder, mel_filterbank, partial_slices, weights_path
+from voicelab.voice.encoder import (
+    HOP,
+    PARTIAL_STEP,
+    SpeakerEncoder,
+    mel_filterbank,
+    normalize_volume,
+    partial_slices,
+    trim_long_silences,
+    weights_path,
+)
 
 DATA = Path(__file__).parent / "data"
 
@@ -72,3 +82,36 @@ def test_weights_with_a_missing_tensor_are_refused(tmp_path: Path) -> None:
     torch.save({"model_state": checkpoint["model_state"]}, broken)
     with pytest.raises(BackendLoadError, match=r"missing \['lstm.weight_hh_l2'\]"):
         SpeakerEncoder("cpu", path=broken)
+
+
+def _alone_unpadded(encoder: SpeakerEncoder, samples: np.ndarray) -> torch.Tensor:
+    """Resemblyzer's recipe for one piece at its own sizes: its own centred STFT, its partials as the batch."""
+    wav = trim_long_silences(normalize_volume(samples))
+    slices = partial_slices(len(wav))
+    wav = np.pad(wav, (0, max(0, slices[-1].stop * HOP - len(wav))))
+    with torch.inference_mode():
+        mel = encoder.mel(torch.from_numpy(wav))
+        mean = encoder.model(torch.stack([mel[s] for s in slices])).mean(dim=0)
+    return mean / torch.linalg.vector_norm(mean)
+
+
+def test_pieces_of_different_lengths_run_at_recurring_shapes_and_embed_as_alone(
+    encoder: SpeakerEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(encoder, "rounds_shapes", True)  # what a GPU encoder does (a CPU one skips the padding)
+    awb = _speech("arctic_awb_en_male")
+    pieces = [awb[: int(2.9 * 16000)], awb[: int(3.2 * 16000)], _speech("librivox_en_male")]
+    shapes: list[tuple[int, ...]] = []
+    hook = encoder.model.lstm.register_forward_pre_hook(lambda _, args: shapes.append(tuple(args[0].shape)))
+    try:
+        alone = [encoder.embed(piece) for piece in pieces[:2]]
+        together = encoder.embed_batch(pieces)
+    finally:
+        hook.remove()
+    assert shapes[0] == shapes[1], "two lengths a few partials apart gave the LSTM different batch shapes"
+    assert all(rows % PARTIAL_STEP == 0 for rows, _, _ in shapes)
+    for piece, one, batched in zip(pieces, [*alone, None], together, strict=True):
+        reference = _alone_unpadded(encoder, piece)
+        assert float(torch.dot(batched, reference)) > 0.99999
+        if one is not None:
+            assert float(torch.dot(one, reference)) > 0.99999

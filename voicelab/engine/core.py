@@ -32,6 +32,7 @@ from voicelab.backends.base import (
 from voicelab.backends.registry import create_backend
 from voicelab.backends.scripts import languages_in
 from voicelab.engine import heap, memory
+from voicelab.engine.chunk_render import render_many, voiced_chunks
 from voicelab.engine.fit_relay import FitRelay, ProgressSink
 from voicelab.engine.messages import (
     AllocatorStats,
@@ -45,7 +46,7 @@ from voicelab.engine.messages import (
 )
 from voicelab.engine.scoring import CloneScores
 from voicelab.engine.validation import AUTO_LANGUAGE, validate_request
-from voicelab.engine.voicing import Finished, VoicePlan, VoiceStage, join_chunks, render_many
+from voicelab.engine.voicing import Finished, VoicePlan, VoiceStage, join_chunks
 from voicelab.errors import BackendLoadError, BackendRuntimeError
 from voicelab.instruct.style import Gender, Style
 from voicelab.settings import Settings
@@ -76,10 +77,6 @@ class _Job:
 
 WARMUP_TEXTS = {"en": "Warming up.", "zh": "预热一下。"}
 DTYPES = ("float32", "bfloat16", "float16")
-
-
-def _finished(job: _Job) -> Finished:
-    return Finished.joined(job.drafts, job.outputs, job.plan)
 
 
 class EngineCore:
@@ -162,16 +159,15 @@ class EngineCore:
         memory.reset_peak(self.device)
         with self.grad_mode():
             job = self._prepare(request, started)
-            for chunk in self._chunks(job.plan):
-                self._take(job, chunk, emit)
+            for chunk, rendered in voiced_chunks(job.plan, self._chunks(job.plan)):
+                self._take(job, chunk, emit, rendered)
             return self._result(job)
 
     def run_batch(self, requests: Sequence[SynthesisRequest], emit: EmitBatchChunk, done: JobDone) -> None:
         """Several jobs as one padded batch where the backend can (``Capabilities.batching``), else one by one.
 
-        ``emit(i, chunk, elapsed)`` gets job i's chunks in order; ``done(i, result_or_error)`` is called exactly
-        once per job, as soon as that job is finished (a short job does not wait for a long one). A job that
-        fails (bad text, an unreadable prompt, its own model error) fails alone.
+        ``emit(i, chunk, elapsed)`` gets job i's chunks in order; ``done(i, result_or_error)`` is called exactly once
+        per job, as soon as it is finished (a short job does not wait for a long one); a job that fails fails alone.
         """
         batched = self.capabilities.batching and hasattr(self.backend, "synthesize_batch")
         if len(requests) == 1 or not batched:
@@ -242,7 +238,7 @@ class EngineCore:
 
     def _finish_batch(self, finishing: list[int], jobs: dict[int, _Job], done: JobDone) -> None:
         """The jobs one device batch finished, scored in one speaker-encoder batch, answered one by one."""
-        finished = [_finished(jobs[i]) for i in finishing]
+        finished = [Finished.joined(jobs[i].drafts, jobs[i].outputs, jobs[i].plan) for i in finishing]
         try:
             scores = self.voice.scores_many(finished, self.capabilities.sample_rate)
         except Exception:  # each job is then scored alone in _result, so a failure fails only its job
@@ -283,7 +279,7 @@ class EngineCore:
         """The finished job's result; ``finished`` and its ``scores`` where its batch joined and scored it."""
         request, sample_rate = job.request, self.capabilities.sample_rate
         if finished is None:
-            finished = _finished(job)
+            finished = Finished.joined(job.drafts, job.outputs, job.plan)
             scores = self.voice.scores(finished.draft, finished.output, sample_rate, job.plan)
         audio, draft = finished.output, finished.draft
         style_check = self.voice.style_check(draft, audio, sample_rate, job.plan, self._calibration)
@@ -342,9 +338,9 @@ class EngineCore:
         return memory.run_with_oom_retry(full, pieces, lambda: self.clean_cache(False))
 
     def graph_buckets(self) -> tuple[GraphBucket, ...]:
-        """The backend's CUDA graph buckets, if it captures any (for the panel)."""
+        """The backend's CUDA graph buckets, if it captures any, and the voice renderer's (for the panel)."""
         report: Callable[[], tuple[GraphBucket, ...]] = getattr(self.backend, "graph_buckets", tuple)
-        return report()
+        return report() + self.voice.graph_buckets()
 
     def stats(self) -> AllocatorStats:
         """For the heartbeat and control requests; job-side hygiene uses its own monitor so no delta is lost."""
@@ -362,9 +358,12 @@ class EngineCore:
         cleanups: list[tuple[str, Callable[[], object]]] = []
         if clear_profiles:
             cleanups.append(("speaker profiles", self.voice.clear_profiles))
-        release: Callable[[], int] | None = getattr(self.backend, "release_graphs", None)
-        if release_graphs and release is not None and self.graph_buckets():
-            cleanups.append(("CUDA graph pools (captured again on next use)", release))
+        if release_graphs and self.graph_buckets():
+            backend_release: Callable[[], int] = getattr(self.backend, "release_graphs", lambda: 0)
+            cleanups.append(("CUDA graph pools (captured again on next use)", backend_release))
+            cleanups.append(
+                ("the voice renderer's CUDA graphs (captured again on their second use)", self.voice.release_graphs)
+            )
         return memory.clean_device_cache(self.device, cleanups)
 
     def after_job(self) -> CleanReport | None:

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from voicelab.backends.base import AudioChunk, Capabilities, SpeechRequest
+from voicelab.backends.base import Capabilities, GraphBucket, SpeechRequest
 from voicelab.engine.calibration import (
     HELD_OUT_TEXTS,
     Calibrate,
@@ -30,14 +30,16 @@ from voicelab.errors import BackendLoadError, InvalidPromptError
 from voicelab.instruct.check import StyleCheck
 from voicelab.instruct.render import StyleAdjust, style_adjust
 from voicelab.instruct.style import Gender, Style
+from voicelab.voice import pulse
 from voicelab.voice.cache import CachedVoice, ProfileCache, ProfileCacheStats
-from voicelab.voice.dsp import RENDERERS, VoiceTransform, apply_transform, apply_transforms
+from voicelab.voice.dsp import RENDERERS, VoiceTransform, apply_transform
 from voicelab.voice.encoder import SpeakerEncoder
 from voicelab.voice.fitted import FittedStyle
 from voicelab.voice.matcher import VoiceMatcher, median_f0
 from voicelab.voice.measure import NeutralVoice, Requested, check_style
 from voicelab.voice.profile import SpeakerProfile, build_profile, scoring_profile, unscored_profile
 from voicelab.voice.prompt import PromptAudio
+from voicelab.voice.pulse_graphs import AnalysisGraphs
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ class VoicePlan:
     pitch_reference_hz: float | None = None  # the unstyled voice's median F0 where the draft cannot tell it
     model_pitch: bool = False  # the backend itself shifted the pitch (the draft already carries it)
     notices: tuple[str, ...] = ()  # what the result line tells the user about the prompt and its matching
+    analyser: pulse.Analyser = pulse.analyse  # how ``pulse`` analyses a batch (the stage's graphs on a GPU)
 
     def transform_for(self, language: str) -> VoiceTransform:
         if language in self.transforms:
@@ -75,7 +78,7 @@ class VoicePlan:
         transform = self.transform_for(language)
         if transform == VoiceTransform.identity():
             return audio
-        return apply_transform(audio, sample_rate, transform, self.device, self.renderer)
+        return apply_transform(audio, sample_rate, transform, self.device, self.renderer, self.analyser)
 
 
 @dataclass(frozen=True)
@@ -94,25 +97,6 @@ class Finished:
 
 def join_chunks(chunks: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros(0, dtype=np.float32)
-
-
-def render_many(items: Sequence[tuple[VoicePlan, AudioChunk]]) -> list[np.ndarray]:
-    """Each chunk through its plan's transform; on a GPU those that move as one padded batch per device, renderer
-    and rate, so the chunks one device batch made for several jobs cost one launch sequence, not one each. On a
-    CPU one by one: a padded batch of eight 4 s chunks took 2.3x as long as the eight alone (memory, not launches)."""
-    out = [chunk.audio for _, chunk in items]
-    transforms = [plan.transform_for(chunk.language) for plan, chunk in items]
-    groups: dict[tuple[str, str, int, int], list[int]] = {}
-    for k, ((plan, chunk), transform) in enumerate(zip(items, transforms, strict=True)):
-        if transform != VoiceTransform.identity():
-            alone = -1 if plan.device.startswith("cuda") else k  # a CPU row is a group of its own
-            groups.setdefault((plan.device, plan.renderer, chunk.sample_rate, alone), []).append(k)
-    for (device, renderer, sample_rate, _), ks in groups.items():
-        pieces = [items[k][1].audio for k in ks]
-        rendered = apply_transforms(pieces, sample_rate, [transforms[k] for k in ks], device, renderer)
-        for k, audio in zip(ks, rendered, strict=True):
-            out[k] = audio
-    return out
 
 
 def style_transform(adjust: StyleAdjust) -> VoiceTransform:
@@ -163,6 +147,8 @@ class VoiceStage:
         self._matcher: VoiceMatcher | None = None
         self.scorer = CloneScorer(device)
         self._neutral = NeutralVoices(device)
+        self.graphs = AnalysisGraphs() if device.startswith("cuda") and self.renderer == "pulse" else None
+        self.analyser: pulse.Analyser = self.graphs or pulse.analyse
 
     @property
     def matcher(self) -> VoiceMatcher:
@@ -215,9 +201,8 @@ class VoiceStage:
         if cached is not None and matched:
             fell_back = [lang for lang in to_match if (m := cached.match(lang)) is not None and m.fell_back]
             notices += tuple(FELL_BACK.format(language=LANGUAGE_NAMES.get(lang, lang)) for lang in fell_back)
-        return VoicePlan(
-            speech, transforms, profile, matched, self.device, self.renderer, requested, reference, model_pitch, notices
-        )
+        plan = VoicePlan(speech, transforms, profile, matched, self.device, self.renderer, requested, reference)
+        return replace(plan, model_pitch=model_pitch, notices=notices, analyser=self.analyser)
 
     def _fitted(self, request: SynthesisRequest, cached: CachedVoice | None) -> FittedStyle | None:
         """The prompt's fitted voice: the one the request carries (a saved voice's, now held here too), else the
@@ -381,9 +366,18 @@ class VoiceStage:
     def clear_profiles(self) -> None:
         self.cache.clear()
 
+    def graph_buckets(self) -> tuple[GraphBucket, ...]:
+        """The renderer's CUDA graph buckets (the panel lists them beside the backend's)."""
+        return self.graphs.reports() if self.graphs is not None else ()
+
+    def release_graphs(self) -> int:
+        """Drop the renderer's CUDA graphs (Clean cache); returns their pool's bytes."""
+        return self.graphs.release() if self.graphs is not None else 0
+
     @_serialised
     def unload(self) -> None:
         self.cache.clear()
         self._neutral.clear()
         self._matcher = None
         self.scorer.unload()
+        self.release_graphs()

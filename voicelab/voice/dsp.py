@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from voicelab.voice import harmonic, mel_render, psola, pulse, spectral, world_render
 from voicelab.voice.mel import MEL_RATE
+from voicelab.voice.shapes import rounded_up
 from voicelab.voice.transform import EQ_LIMIT_DB, VoiceTransform, eq_curve_db
 
 __all__ = ["EQ_LIMIT_DB", "RENDERERS", "VoiceTransform", "apply_transform", "apply_transforms", "transform_batch"]
@@ -88,11 +89,12 @@ def transform_batch(
     seed: int = 0,
     analysis: spectral.Analysis | pulse.PulseFeatures | None = None,
     renderer: str = "torch",
+    analyser: pulse.Analyser = pulse.analyse,
 ) -> torch.Tensor:
     """A padded batch (B, N) with one transform per row, on its own device; float32, within [-1, 1].
 
     ``analysis`` reuses ``spectral.analyse`` (``pulse.analyse`` for ``pulse``) of this very batch (the matcher
-    renders one utterance many times).
+    renders one utterance many times); without it, ``analyser`` makes ``pulse``'s (``pulse_graphs`` replays it).
     """
     if renderer not in RENDERERS:
         raise ValueError(f"Unknown voice renderer {renderer!r}; use one of {', '.join(RENDERERS)}.")
@@ -103,7 +105,7 @@ def transform_batch(
             out = _world_batch(x, lengths, sr, transforms)
         elif renderer in ("mel", "pulse"):
             features = analysis if isinstance(analysis, pulse.PulseFeatures) else None
-            out = _resynthesised_batch(x, lengths, sr, transforms, seed, renderer, features)
+            out = _resynthesised_batch(x, lengths, sr, transforms, seed, renderer, features, analyser)
         else:
             spectra = analysis if isinstance(analysis, spectral.Analysis) else None
             out = _torch_batch(x, lengths, sr, transforms, seed, spectra, renderer)
@@ -144,6 +146,7 @@ def _resynthesised_batch(
     seed: int,
     renderer: str,
     features: pulse.PulseFeatures | None = None,
+    analyser: pulse.Analyser = pulse.analyse,
 ) -> torch.Tensor:
     """Rows that move pitch or formants made anew (HiFi-GAN for ``mel``, WORLD's pulses for ``pulse``); the rest
     (EQ only, whispers, pieces under 0.1 s) through the STFT renderer, which keeps their own phases (a whisper has
@@ -166,7 +169,8 @@ def _resynthesised_batch(
         chosen = [transforms[r] for r in vocoded]
         if renderer == "pulse":
             reuse = features if len(vocoded) == len(transforms) else None  # the analysis is of the whole batch
-            moved = pulse.render(rows, lengths[index], sr, controls_for(chosen, sr, x.device), seed, reuse)
+            controls = controls_for(chosen, sr, x.device)
+            moved = pulse.render(rows, lengths[index], sr, controls, seed, reuse, analyser)
         else:
             controls = controls_for(chosen, MEL_RATE, x.device)
             moved = mel_render.render(rows, sr, controls, mel_render.vocoder_on(str(x.device)))
@@ -183,12 +187,13 @@ def _world_batch(x: torch.Tensor, lengths: torch.Tensor, sr: int, transforms: Se
     return out
 
 
-def padded_rows(pieces: Sequence[np.ndarray]) -> torch.Tensor:
-    """The pieces as rows of one zero-padded float32 batch on the CPU (B, longest, at least 1)."""
-    batch = torch.zeros(len(pieces), max([len(p) for p in pieces] + [1]))
+def padded_rows(pieces: Sequence[np.ndarray], width_step: int = 1) -> torch.Tensor:
+    """The pieces as rows of one zero-padded float32 batch on the CPU (B, longest rounded up to ``width_step``, at
+    least 1)."""
+    batch = np.zeros((len(pieces), rounded_up(max([len(p) for p in pieces] + [1]), width_step)), dtype=np.float32)
     for row, piece in enumerate(pieces):
-        batch[row, : len(piece)] = torch.from_numpy(np.asarray(piece, dtype=np.float32))
-    return batch
+        batch[row, : len(piece)] = piece
+    return torch.from_numpy(batch)
 
 
 def apply_transforms(
@@ -197,18 +202,26 @@ def apply_transforms(
     transforms: Sequence[VoiceTransform],
     device: str | torch.device = "cpu",
     renderer: str = "torch",
+    analyser: pulse.Analyser = pulse.analyse,
 ) -> list[np.ndarray]:
-    """Each piece with its transform, as one padded batch on ``device``; float32 arrays of the same lengths."""
+    """Each piece with its transform, as one padded batch on ``device``; float32 arrays of the same lengths
+    (``analyser``: how ``pulse`` analyses the batch)."""
     lengths = [len(p) for p in pieces]
     if not pieces or max(lengths) == 0:
         return [np.zeros(n, dtype=np.float32) for n in lengths]
     lengths_t = torch.tensor(lengths, device=device)
-    out = transform_batch(padded_rows(pieces).to(device), lengths_t, sr, transforms, renderer=renderer).cpu().numpy()
+    x = padded_rows(pieces).to(device)
+    out = transform_batch(x, lengths_t, sr, transforms, renderer=renderer, analyser=analyser).cpu().numpy()
     return [np.ascontiguousarray(out[row, :n]) for row, n in enumerate(lengths)]
 
 
 def apply_transform(
-    audio: np.ndarray, sr: int, t: VoiceTransform, device: str | torch.device = "cpu", renderer: str = "torch"
+    audio: np.ndarray,
+    sr: int,
+    t: VoiceTransform,
+    device: str | torch.device = "cpu",
+    renderer: str = "torch",
+    analyser: pulse.Analyser = pulse.analyse,
 ) -> np.ndarray:
     """The transformed audio, float32 within [-1, 1] (one row of ``apply_transforms``)."""
-    return apply_transforms([np.asarray(audio, dtype=np.float32)], sr, [t], device, renderer)[0]
+    return apply_transforms([np.asarray(audio, dtype=np.float32)], sr, [t], device, renderer, analyser)[0]

@@ -18,9 +18,11 @@ import numpy as np
 import torch
 from scipy.ndimage import binary_dilation
 from torch import nn
+from torch.nn import functional as F
 
 from voicelab.errors import BackendLoadError
 from voicelab.voice.analysis import active_frames, frame_levels_db
+from voicelab.voice.shapes import rounded_up
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,9 @@ NORM_TARGET_DBFS = -30.0
 VAD_WINDOW_S = 0.030
 VAD_AVERAGE_WIDTH = 8
 VAD_MAX_SILENCE = 6
+# Spectrogram frames and LSTM rows are rounded up to these (``voice.shapes``): the plans recur across requests.
+FRAME_STEP = 64
+PARTIAL_STEP = 8
 _TRAINING_ONLY_KEYS = ("similarity_weight", "similarity_bias")
 
 
@@ -106,6 +111,16 @@ def partial_slices(n_samples: int) -> list[slice]:
     return slices
 
 
+def _prepared(samples: np.ndarray) -> tuple[np.ndarray, list[slice]]:
+    """Resemblyzer's preparation on the host: volume raised, long silences dropped, zeros to the last partial's
+    end; with the partials' frame ranges."""
+    wav = trim_long_silences(normalize_volume(samples))
+    if len(wav) == 0:
+        wav = np.zeros(HOP, dtype=np.float32)
+    slices = partial_slices(len(wav))
+    return np.pad(wav, (0, max(0, slices[-1].stop * HOP - len(wav)))), slices
+
+
 def weights_path() -> Path:
     """``pretrained.pt`` inside the installed resemblyzer package, found without importing it."""
     spec = importlib.util.find_spec("resemblyzer")
@@ -157,6 +172,7 @@ class SpeakerEncoder:
         self.model.load_state_dict(state, strict=True)
         self.model.to(self.device).eval()
         self._window = torch.hann_window(N_FFT, periodic=True, device=self.device)
+        self.rounds_shapes = self.device.type == "cuda"  # for cuDNN's and cuFFT's plans; on a CPU it is only work
         self._filters = torch.from_numpy(mel_filterbank(SAMPLE_RATE, N_FFT, N_MELS)).to(self.device)
 
     def mel(self, wav: torch.Tensor) -> torch.Tensor:
@@ -169,25 +185,37 @@ class SpeakerEncoder:
         return self.embed_batch([samples16k])[0]
 
     def embed_batch(self, pieces16k: list[np.ndarray]) -> list[torch.Tensor]:
-        """One embedding per piece; every piece's partial utterances go through the LSTM as one batch."""
-        partials: list[torch.Tensor] = []
-        counts: list[int] = []
+        """One embedding per piece; every piece's partial utterances go through the LSTM as one batch.
+
+        The pieces' spectrograms are one batched STFT; on a GPU both it and the LSTM's batch are rounded up to
+        recurring sizes (``FRAME_STEP``, ``PARTIAL_STEP``; ``voice.shapes``). Each piece reads only its own frames and
+        rows, so its embedding is the one it has alone."""
+        prepared = [_prepared(np.asarray(samples, dtype=np.float32)) for samples in pieces16k]
+        if not prepared:
+            return []
         with torch.inference_mode():
-            for samples in pieces16k:
-                wav = trim_long_silences(normalize_volume(np.asarray(samples, dtype=np.float32)))
-                if len(wav) == 0:
-                    wav = np.zeros(HOP, dtype=np.float32)
-                slices = partial_slices(len(wav))
-                wav = np.pad(wav, (0, max(0, slices[-1].stop * HOP - len(wav))))
-                mel = self.mel(torch.from_numpy(wav).to(self.device))
-                partials.extend(mel[s] for s in slices)
-                counts.append(len(slices))
-            embedded = self.model(torch.stack(partials)) if partials else torch.zeros(0, 256, device=self.device)
+            mels = self._mels([wav for wav, _ in prepared])
+            partials = [mels[row, s] for row, (_, slices) in enumerate(prepared) for s in slices]
+            rows = rounded_up(len(partials), PARTIAL_STEP if self.rounds_shapes else 1)
+            batch = mels.new_zeros(rows, PARTIAL_FRAMES, N_MELS)
+            batch[: len(partials)] = torch.stack(partials)
+            embedded = self.model(batch)[: len(partials)]
             out = []
-            for chunk in torch.split(embedded, counts):
+            for chunk in torch.split(embedded, [len(slices) for _, slices in prepared]):
                 mean = chunk.mean(dim=0)
                 out.append(mean / torch.linalg.vector_norm(mean).clamp_min(1e-12))
             return out
+
+    def _mels(self, waves: list[np.ndarray]) -> torch.Tensor:
+        """``mel`` of each wave as one batch (B, frames, 40): each row reflected at its own edges (``mel``'s
+        centring), then zero-padded to the batch's width."""
+        half = N_FFT // 2
+        frames = rounded_up(max(len(wav) for wav in waves) // HOP + 1, FRAME_STEP if self.rounds_shapes else 1)
+        batch = torch.zeros(len(waves), (frames - 1) * HOP + N_FFT)
+        for row, wav in enumerate(waves):
+            batch[row, : len(wav) + 2 * half] = F.pad(torch.from_numpy(wav)[None], (half, half), mode="reflect")[0]
+        spec = torch.stft(batch.to(self.device), N_FFT, HOP, N_FFT, self._window, center=False, return_complex=True)
+        return (self._filters @ spec.abs().square()).transpose(1, 2)
 
     @staticmethod
     def similarity(a: torch.Tensor, b: torch.Tensor) -> float:

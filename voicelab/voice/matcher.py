@@ -94,11 +94,13 @@ def median_f0(audio: np.ndarray, sr: int, device: torch.device | str = "cpu") ->
 
 
 def median_f0_many(audios: list[np.ndarray], sr: int, device: torch.device | str = "cpu") -> list[float]:
-    """``median_f0`` of each, tracked as one zero-padded batch (padding is silence: unvoiced frames)."""
+    """``median_f0`` of each, tracked as one zero-padded batch (padding is silence: unvoiced frames), its width
+    rounded up to a quarter second so the tracker's FFT shapes recur (``voice.shapes``)."""
     if not audios:
         return []
     with torch.inference_mode():
-        medians = voiced_median(yin_f0(padded_rows(audios).to(device), sr, spectral.Grid.for_rate(sr).hop))
+        batch = padded_rows(audios, width_step=sr // 4).to(device)
+        medians = voiced_median(yin_f0(batch, sr, spectral.Grid.for_rate(sr).hop))
     return [float(m) for m in medians.cpu()]
 
 

@@ -14,6 +14,7 @@ aperiodicity^2, both minimum phase.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 
 from voicelab.voice import spectral
 from voicelab.voice.pitch import yin_f0
+from voicelab.voice.shapes import rounded_up
 from voicelab.voice.world_analysis import DEFAULT_F0, cheaptrick, cheaptrick_fft_size, d4c
 
 FRAME_S = 0.005
@@ -52,10 +54,20 @@ class PulseFeatures:
     hop: int
 
 
-def analyse(x: torch.Tensor, lengths: torch.Tensor, sr: int) -> PulseFeatures:
-    """YIN's F0 every 5 ms, and CheapTrick's envelope and D4C's aperiodicity on those frames."""
+Analyser = Callable[[torch.Tensor, torch.Tensor, int], PulseFeatures]  # ``analyse`` or one that replays it
+
+
+def analysis_frames(lengths: torch.Tensor, hop: int) -> int:
+    """How many frames ``analyse`` makes of a batch: its longest row's, rounded up (frames past a row's end are
+    never read). Reads ``lengths`` on the host."""
+    return rounded_up(int(lengths.max()) // hop + 1, FRAME_BUCKET)
+
+
+def analyse(x: torch.Tensor, lengths: torch.Tensor, sr: int, frames: int | None = None) -> PulseFeatures:
+    """YIN's F0 every 5 ms, and CheapTrick's envelope and D4C's aperiodicity on those frames; ``frames`` (at least
+    ``analysis_frames``) given, nothing leaves the device, so the call can be captured in a CUDA graph."""
     hop = round(FRAME_S * sr)
-    frames = rounded_up(int(lengths.max()) // hop + 1, FRAME_BUCKET)  # frames past a row's end are never read
+    frames = frames or analysis_frames(lengths, hop)
     x = F.pad(x, (0, max(0, frames * hop - x.shape[-1])))
     f0 = voicing_cleaned(yin_f0(x, sr, hop, VOICING_DIP)[:, :frames])
     positions = (torch.arange(frames, device=x.device, dtype=torch.float32) * hop / sr).expand_as(f0)
@@ -63,10 +75,6 @@ def analyse(x: torch.Tensor, lengths: torch.Tensor, sr: int) -> PulseFeatures:
     envelope = cheaptrick(x, lengths, sr, f0, positions, fft_size)
     aperiodicity = d4c(x, lengths, sr, f0, positions, fft_size)
     return PulseFeatures(f0, envelope, aperiodicity, lengths, sr, hop)
-
-
-def rounded_up(n: int, step: int) -> int:
-    return -(-n // step) * step
 
 
 def voicing_cleaned(f0: torch.Tensor) -> torch.Tensor:
@@ -96,10 +104,11 @@ def render(
     c: spectral.Controls,
     seed: int = 0,
     features: PulseFeatures | None = None,
+    analyser: Analyser = analyse,
 ) -> torch.Tensor:
     """Every row (B, N) resynthesised at its new pitch under its formant-warped envelope, then equalised;
-    ``features`` reuses ``analyse`` of this very batch."""
-    features = features or analyse(x, lengths, sr)
+    ``features`` reuses ``analyse`` of this very batch, ``analyser`` makes it (``pulse_graphs`` replays it)."""
+    features = features or analyser(x, lengths, sr)
     ratio = spectral.pitch_ratio(features.f0, c)
     f0 = torch.where(features.f0 > 0, features.f0 * ratio, torch.zeros_like(features.f0))
     out = synthesise(features, f0, warp_envelope(features.envelope, c.formant), seed)

@@ -80,7 +80,8 @@ def d4c(
     coarse = torch.clamp(coarse + ((f0 - 100.0) / 50.0).unsqueeze(-1), max=0.0)
     edge = coarse.new_full((*coarse.shape[:-1], 1), -60.0)
     values = torch.cat([edge, coarse, torch.zeros_like(edge)], -1)
-    axis = torch.tensor([k * D4C_BAND_HZ for k in range(bands + 1)] + [sr / 2.0], device=x.device, dtype=f0.dtype)
+    bands_hz = torch.arange(bands + 1, device=x.device, dtype=f0.dtype) * D4C_BAND_HZ  # made on the device: capturable
+    axis = torch.cat([bands_hz, torch.full((1,), sr / 2.0, device=x.device, dtype=f0.dtype)])
     freqs = torch.arange(fft_size // 2 + 1, device=x.device, dtype=f0.dtype) * sr / fft_size
     segment = torch.searchsorted(axis, freqs, right=True).clamp(1, bands + 1) - 1
     frac = (freqs - axis[segment]) / (axis[segment + 1] - axis[segment])
