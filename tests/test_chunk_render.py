@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +66,14 @@ def test_on_a_cpu_every_chunk_streams_as_soon_as_it_is_made() -> None:
     for number, (chunk, rendered) in enumerate(voiced_chunks(_plan("cpu"), _pulled(chunks, log))):
         assert chunk is chunks[number] and rendered is None
         assert log[-1] == f"made chunk {number}"  # nothing synthesised ahead of what was handed on
+
+
+def test_a_plan_that_moves_nothing_streams_every_chunk_as_it_is_made_on_a_gpu_too() -> None:
+    plan = replace(_plan("cuda"), transforms={"en": VoiceTransform.identity()})  # a backend that clones by itself
+    chunks, log = _chunks(4), []
+    for number, (chunk, rendered) in enumerate(voiced_chunks(plan, _pulled(chunks, log))):
+        assert chunk is chunks[number] and rendered is None
+        assert log[-1] == f"made chunk {number}"
 
 
 def test_no_chunks_give_nothing() -> None:

@@ -45,16 +45,19 @@ def render_many(items: Sequence[tuple[VoicePlan, AudioChunk]]) -> list[np.ndarra
 def voiced_chunks(plan: VoicePlan, chunks: Iterable[AudioChunk]) -> Iterator[tuple[AudioChunk, np.ndarray | None]]:
     """Each chunk of one request with its voiced audio, or None where the caller voices it alone.
 
-    The first chunk always goes alone, at once: it is the request's first audio. On a GPU the rest are then
-    synthesised back to back and voiced ``REST_ROWS`` at a time; they still arrive long before the first chunk has
-    finished playing (a chunk is seconds of speech, its synthesis milliseconds). On a CPU synthesis is slow
-    enough that each chunk streams as soon as it is made, and batching saves nothing there (``render_many``)."""
+    The first chunk always goes alone, at once: it is the request's first audio. Where the plan moves the voice on
+    a GPU, the rest are then synthesised back to back and voiced ``REST_ROWS`` at a time; they still arrive long
+    before the first chunk has finished playing (a built-in voice's chunk is seconds of speech, its synthesis
+    milliseconds). Otherwise each chunk streams as soon as it is made: on a CPU synthesis is slow and batching saves
+    nothing (``render_many``), and a plan that moves nothing (a backend that clones or styles by itself, however
+    slowly it speaks) has nothing to batch."""
     stream = iter(chunks)
     first = next(stream, None)
     if first is None:
         return
     yield first, None
-    if not plan.device.startswith("cuda"):
+    moves = any(transform != VoiceTransform.identity() for transform in plan.transforms.values())
+    if not plan.device.startswith("cuda") or not moves:
         yield from ((chunk, None) for chunk in stream)
         return
     while batch := list(itertools.islice(stream, REST_ROWS)):
