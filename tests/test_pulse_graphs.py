@@ -44,6 +44,9 @@ def test_the_frame_ladder_is_recurring_buckets_about_a_quarter_apart() -> None:
 def test_a_cpu_stage_analyses_eagerly_and_reports_no_graphs() -> None:
     stage = VoiceStage("cpu", 2, "pulse")
     assert stage.graphs is None and stage.analyser is pulse.analyse and stage.graph_buckets() == ()
+    assert VoiceStage("cuda", 2, "pulse").graphs is not None  # made now, captured on the device later
+    assert VoiceStage("cuda", 2, "pulse", cuda_graphs=False).graphs is None  # --cuda-graphs false
+    assert VoiceStage("cuda", 2, "torch").graphs is None
     x, lengths, sr = _batch("cpu", (1.3,))
     _close(AnalysisGraphs()(x, lengths, sr), pulse.analyse(x, lengths, sr))  # off a GPU it is the eager call
 

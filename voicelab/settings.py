@@ -53,7 +53,7 @@ class Settings:
     batch_window_ms: float = 10.0  # the longest a job waits for others to share its device batch; 0: no batching
     batch_max_jobs: int = 16  # jobs per device batch
     batch_memory_mib: float = 4096.0  # the batch's summed memory estimate (text length x the backend's per-char)
-    cuda_graphs: bool = True  # CUDA graphs of the Piper voice's stages per shape bucket, kept where faster
+    cuda_graphs: bool = True  # CUDA graphs of Piper's stages and the pulse renderer's analysis, kept where faster
     cuda_graph_mib: float = 2048.0  # capturing stops once the graphs' memory pool has grown by this much
 
     @property
@@ -148,7 +148,7 @@ HELP = {
     "batch_window_ms": "how long the oldest job waits for others to share its device batch (0: no batching)",
     "batch_max_jobs": "jobs per device batch",
     "batch_memory_mib": "a device batch's summed memory estimate",
-    "cuda_graphs": "CUDA graphs of the Piper voice's stages, kept where faster",
+    "cuda_graphs": "CUDA graphs of the Piper voice's stages and the pulse renderer's analysis, kept where faster",
     "cuda_graph_mib": "capturing stops once the graphs' memory pool has grown by this much",
 }
 

@@ -105,7 +105,7 @@ class EngineCore:
         self.backend.load(self.device, self.dtype)
         self._heartbeat_monitor = memory.AllocatorMonitor(self.device)
         self._job_monitor = memory.AllocatorMonitor(self.device)
-        self.voice = VoiceStage(self.device, settings.profile_cache_size, settings.voice_renderer)
+        self.voice = VoiceStage(self.device, settings.profile_cache_size, settings.voice_renderer, settings.cuda_graphs)
         self.largest_free_block: int | None = None
         self.warm_up()
         self.loaded = True

@@ -139,7 +139,7 @@ class VoiceStage:
     """Thread-safe: a backend that runs jobs side by side (``Capabilities.concurrent_jobs``) prepares and scores
     them from several threads."""
 
-    def __init__(self, device: str, cache_capacity: int, renderer: str = "auto") -> None:
+    def __init__(self, device: str, cache_capacity: int, renderer: str = "auto", cuda_graphs: bool = True) -> None:
         self._lock = threading.RLock()
         self.device = device
         self.renderer = resolve_renderer(renderer, device)
@@ -147,7 +147,8 @@ class VoiceStage:
         self._matcher: VoiceMatcher | None = None
         self.scorer = CloneScorer(device)
         self._neutral = NeutralVoices(device)
-        self.graphs = AnalysisGraphs() if device.startswith("cuda") and self.renderer == "pulse" else None
+        graphs = cuda_graphs and device.startswith("cuda") and self.renderer == "pulse"
+        self.graphs = AnalysisGraphs() if graphs else None  # the pulse renderer's analysis (``pulse_graphs``)
         self.analyser: pulse.Analyser = self.graphs or pulse.analyse
 
     @property
