@@ -37,7 +37,7 @@ NORM_TARGET_DBFS = -30.0
 VAD_WINDOW_S = 0.030
 VAD_AVERAGE_WIDTH = 8
 VAD_MAX_SILENCE = 6
-# Spectrogram frames and LSTM rows are rounded up to these (``voice.shapes``): the plans recur across requests.
+# On a GPU spectrogram frames and LSTM rows are rounded up to these (``voice.shapes``): the plans recur.
 FRAME_STEP = 64
 PARTIAL_STEP = 8
 _TRAINING_ONLY_KEYS = ("similarity_weight", "similarity_bias")
