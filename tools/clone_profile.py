@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import pstats
 import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
 
 from voicelab.bench.first_byte import nearest_rank
+from voicelab.bench.renderers import timed_on
 from voicelab.bench.throughput import DEFAULT_PROMPT, request_text
 from voicelab.engine.core import EngineCore
-from voicelab.engine.messages import SynthesisRequest, SynthesisResult
+from voicelab.engine.messages import SynthesisRequest
 from voicelab.settings import from_environment
 from voicelab.voice.intake import load_prompt
 from voicelab.voice.prompt import PromptAudio
@@ -34,13 +35,9 @@ def timed_requests(core: EngineCore, prompt: PromptAudio | None, runs: int) -> s
     """``runs`` requests, each timed with the device synchronised: a line of p50 / p95 / max and chunk counts."""
     times, chunks = [], set()
     for r in range(runs):
-        if core.device.startswith("cuda"):
-            torch.cuda.synchronize(core.device)
-        started = time.perf_counter()
-        result: SynthesisResult = core.run(SynthesisRequest(request_text(0, r, 2), seed=r, prompt=prompt))
-        if core.device.startswith("cuda"):
-            torch.cuda.synchronize(core.device)
-        times.append(1e3 * (time.perf_counter() - started))
+        request = SynthesisRequest(request_text(0, r, 2), seed=r, prompt=prompt)
+        result, seconds = timed_on(core.device, functools.partial(core.run, request))
+        times.append(1e3 * seconds)
         chunks.add(result.chunks)
     p50, p95 = statistics.median(times), nearest_rank(times, 0.95)
     return f"p50 {p50:.1f} ms, p95 {p95:.1f}, max {max(times):.1f}; chunks per request {sorted(chunks)}"

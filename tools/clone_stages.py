@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable, Sequence
 
 import torch
 
 from voicelab.bench.first_byte import nearest_rank
-from voicelab.bench.renderers import MATCH, TEXT
+from voicelab.bench.renderers import MATCH, TEXT, timed_on
 from voicelab.judges.ecapa import EcapaJudge
 from voicelab.voice.analysis import resample
 from voicelab.voice.dsp import apply_transform
@@ -27,16 +26,6 @@ from voicelab.voice.encoder import SAMPLE_RATE, SpeakerEncoder, normalize_volume
 from voicelab.voice.matcher import median_f0_many
 
 WARMUP = 2
-
-
-def _timed(device: str, step: Callable[[], object]) -> float:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-    started = time.perf_counter()
-    step()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - started
 
 
 def stages(device: str, renderer: str, text: str) -> dict[str, Callable[[], object]]:
@@ -64,7 +53,7 @@ def measure(device: str, renderer: str, text: str, runs: int) -> list[tuple[str,
     times: dict[str, list[float]] = {name: [] for name in steps}
     for run in range(WARMUP + runs):
         for name, step in steps.items():
-            seconds = _timed(device, step)
+            _, seconds = timed_on(device, step)
             if run >= WARMUP:
                 times[name].append(seconds)
     return list(times.items())

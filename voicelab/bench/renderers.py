@@ -12,11 +12,13 @@ one's p95 over the torch renderer's, and the median F0 each output lands on (PyT
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -24,6 +26,8 @@ import torch
 from voicelab.voice.analysis import LTAS_BANDS
 from voicelab.voice.dsp import RENDERERS, VoiceTransform, apply_transform
 from voicelab.voice.pitch import voiced_median, yin_f0
+
+T = TypeVar("T")
 
 TEXT = (
     "On a quiet morning in early spring, the old lighthouse keeper climbed the winding stairs once more, "
@@ -67,9 +71,15 @@ def _median_f0(audio: np.ndarray, sr: int) -> float:
     return float(voiced_median(track)[0])
 
 
-def _sync(device: str) -> None:
+def timed_on(device: str, step: Callable[[], T]) -> tuple[T, float]:
+    """``step()`` and the seconds it took, the device synchronised before and after (its queued work counted in)."""
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    out = step()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+    return out, time.perf_counter() - started
 
 
 def measure(audio: np.ndarray, sr: int, renderers: Sequence[str], device: str, runs: int, warmup: int) -> list[Timing]:
@@ -79,12 +89,10 @@ def measure(audio: np.ndarray, sr: int, renderers: Sequence[str], device: str, r
     for run in range(warmup + runs):
         shift = run % len(renderers)
         for renderer in [*renderers[shift:], *renderers[:shift]]:
-            _sync(device)
-            started = time.perf_counter()
-            outputs[renderer] = apply_transform(audio, sr, MATCH, device, renderer)
-            _sync(device)
+            render = functools.partial(apply_transform, audio, sr, MATCH, device, renderer)
+            outputs[renderer], took = timed_on(device, render)
             if run >= warmup:
-                seconds[renderer].append(time.perf_counter() - started)
+                seconds[renderer].append(took)
     return [Timing(r, seconds[r], _median_f0(outputs[r], sr)) for r in renderers]
 
 
