@@ -22,7 +22,7 @@ from voicelab.voice.encoder import SAMPLE_RATE as ENCODER_RATE
 from voicelab.voice.matcher import VoiceMatcher, median_f0, median_f0_many
 from voicelab.voice.profile import SpeakerProfile
 from voicelab.voice.prompt import PromptAudio
-from voicelab.voice.resampling import resample_rows
+from voicelab.voice.resampling import resample_rows, resampled_length
 
 
 @dataclass(frozen=True)
@@ -98,9 +98,8 @@ class CloneScorer:
             return [resample(piece, sample_rate, ENCODER_RATE) for piece in pieces]
         with torch.inference_mode():
             moved = resample_rows(padded_rows(pieces).to(self.device), sample_rate, ENCODER_RATE).cpu().numpy()
-        return [
-            np.ascontiguousarray(moved[row, : -(-len(p) * ENCODER_RATE // sample_rate)]) for row, p in enumerate(pieces)
-        ]
+        lengths = [resampled_length(len(piece), sample_rate, ENCODER_RATE) for piece in pieces]
+        return [np.ascontiguousarray(moved[row, :n]) for row, n in enumerate(lengths)]
 
     @staticmethod
     def _reference(profile: SpeakerProfile) -> torch.Tensor:

@@ -33,15 +33,20 @@ def _phases(up: int, down: int, device: str) -> tuple[torch.Tensor, int, int]:
     return table, (half + pre_pad) // down, taps
 
 
+def resampled_length(n: int, sr_from: int, sr_to: int) -> int:
+    """How many samples ``n`` at ``sr_from`` become at ``sr_to``: ceil(n * sr_to / sr_from), as ``resample_poly``."""
+    return -(-n * sr_to // sr_from)
+
+
 def resample_rows(x: torch.Tensor, sr_from: int, sr_to: int) -> torch.Tensor:
-    """Each row of ``x`` (B, N) from ``sr_from`` to ``sr_to`` Hz (B, ceil(N * up / down)), as ``resample_poly``."""
+    """Each row of ``x`` (B, N) from ``sr_from`` to ``sr_to`` Hz (B, ``resampled_length(N)``), as ``resample_poly``."""
     g = math.gcd(sr_from, sr_to)
     up, down = sr_to // g, sr_from // g
     if up == down:
         return x.float()
     table, skip, taps = _phases(up, down, str(x.device))
     n = x.shape[-1]
-    count = -(-n * up // down)
+    count = resampled_length(n, sr_from, sr_to)
     at = (torch.arange(count, device=x.device, dtype=torch.int64) + skip) * down  # in the upsampled stream
     newest = at // up - torch.arange(taps, device=x.device).unsqueeze(-1)  # input samples each output reads
     weights = table[at % up].T  # (taps, count)
