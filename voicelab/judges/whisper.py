@@ -14,6 +14,12 @@ whisper must still be transcribed, not dropped). Greedy rather than beam search:
 beam of 5 scored about the same (its total error over the presets was a little lower), cost ~7 % more, and in
 Chinese text with English words it wrote the Chinese alone ("我今天做了一个效果很好" for
 "我今天用 VoiceLab 做了一个 demo，效果很好"), where greedy decoding keeps the English words it heard.
+
+One int8 matrix library on every x86 CPU: CTranslate2 multiplies with Intel MKL on Intel CPUs and with oneDNN on
+others, and the two round differently enough to change a verdict (on an AMD EPYC, oneDNN heard
+"2026年12月1日，气温是23度" as "2021日7月23日"; MKL on the same machine hears it whole). ``CT2_USE_MKL`` is set
+before CTranslate2's library loads (it reads the variable then) unless the environment already chose; MKL runs
+on any x86-64 CPU.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
+import os
+import platform
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -152,6 +160,7 @@ class WhisperJudge:
             return self._model
 
     def _load(self) -> Any:
+        _choose_int8_library()  # before CTranslate2's library loads: it reads the choice then
         try:
             from faster_whisper import WhisperModel
         except ImportError as exc:
@@ -166,6 +175,13 @@ class WhisperJudge:
             local_files_only=True,
             files=files,
         )
+
+
+def _choose_int8_library() -> None:
+    """MKL for CTranslate2's matrix products on x86-64 (the module docstring says why); read once per process,
+    so a process that imported ``ctranslate2`` before the first judge loads keeps the library's own choice."""
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        os.environ.setdefault("CT2_USE_MKL", "1")
 
 
 def _speech_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
