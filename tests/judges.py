@@ -1,8 +1,8 @@
 """The listening judge for tests: one Whisper model per test process, and the check tests share.
 
 The model (~145 MB, ~1 s to load) is built once per pytest worker by a cached factory rather than per module,
-since several files listen (``--dist loadfile`` runs a file wholly on one worker). One CPU thread, int8: the
-suite runs two workers on two cores.
+since several files listen (``--dist loadfile`` runs a file wholly on one worker). One CPU thread, float32 (the
+judge's own default: int8 hears differently on Intel and AMD CPUs): the suite runs two workers on two cores.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from voicelab.judges.whisper import Transcript, WhisperJudge
 @functools.cache
 def whisper_judge() -> WhisperJudge:
     """The process's judge; it loads on its first transcription."""
-    return WhisperJudge(device="cpu", compute_type="int8", threads=1)
+    return WhisperJudge(device="cpu", threads=1)
 
 
 @dataclass(frozen=True)

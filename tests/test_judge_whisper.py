@@ -9,9 +9,6 @@ and the judge is not graded on our own port.
 
 from __future__ import annotations
 
-import os
-import platform
-import subprocess
 import sys
 import threading
 import time
@@ -131,8 +128,6 @@ def test_the_model_loads_once_lazily_from_memory_and_unloads(monkeypatch: pytest
     files = {"model.bin": b"weights", "tokenizer.json": b"{}"}
     built: list[tuple[str, dict[str, object]]] = []
     monkeypatch.setattr(whisper, "model_files", lambda: dict(files))
-    # A stand-in module, not the real one patched: importing faster-whisper here would load CTranslate2 before
-    # this worker's first judge chose its int8 library.
     monkeypatch.setitem(sys.modules, "faster_whisper", SimpleNamespace(WhisperModel=_stand_in_model(built)))
     judge = WhisperJudge(threads=1)
     assert not judge.loaded and built == []
@@ -149,21 +144,10 @@ def test_the_model_loads_once_lazily_from_memory_and_unloads(monkeypatch: pytest
     assert texts == ["Hello.", "Hello."] and judge.loaded
     ((label, kwargs),) = built  # one load for both callers
     assert not Path(label).exists() and kwargs["files"] == files and kwargs["local_files_only"] is True
-    assert (kwargs["device"], kwargs["compute_type"], kwargs["cpu_threads"]) == ("cpu", "int8", 1)
+    assert (kwargs["device"], kwargs["compute_type"], kwargs["cpu_threads"]) == ("cpu", "float32", 1)
     assert judge.detect_language(np.ones(800), 8000).language_probability == 0.5
     judge.unload()
     assert not judge.loaded
-
-
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="MKL is chosen on x86-64 only")
-def test_one_int8_library_decides_on_every_x86_cpu() -> None:
-    """CTranslate2 picks MKL on Intel CPUs and oneDNN elsewhere unless told; the judge tells it MKL everywhere,
-    so a verdict does not depend on the CPU's vendor (oneDNN on an AMD EPYC misheard the Mandarin numbers)."""
-    load = "from voicelab.judges.whisper import WhisperJudge; WhisperJudge()._loaded_model()"
-    env = {k: v for k, v in os.environ.items() if k != "CT2_USE_MKL"} | {"CT2_VERBOSE": "1"}
-    done = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "Use Intel MKL: true" in done.stderr, done.stderr[-2000:]
 
 
 def _tampered(name: str, change: str) -> object:

@@ -49,7 +49,7 @@ class Judges:
     def __init__(self) -> None:
         self.ecapa = EcapaJudge("cpu")
         self.ge2e = SpeakerEncoder("cpu")
-        self.whisper = WhisperJudge(device="cpu", compute_type="int8", threads=2)
+        self.whisper = WhisperJudge(device="cpu", threads=2)
         self.dnsmos = DnsmosJudge(threads=2)
 
     def wer(self, clip: np.ndarray, sr: int, text: str) -> float:
