@@ -86,8 +86,7 @@ def cases(app: ServedApp, client: httpx.Client) -> list[Case]:
 
 
 def run(app: ServedApp, case: Case) -> tuple[Case, Answer]:
-    with httpx.Client(base_url=app.url, timeout=120) as client:
-        return case, app.call(case.endpoint, case.data, client)
+    return case, app.call(case.endpoint, case.data)
 
 
 def test_every_parameter_of_every_endpoint_answers_in_one_sentence(app: ServedApp) -> None:

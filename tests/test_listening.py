@@ -4,7 +4,8 @@ Everything goes the user's way: ``GenerationService`` over an in-process engine 
 built-in voices (Piper's en_US-joe-medium for English, the Baker FastSpeech2 voice for Mandarin), one
 sentence per case, each case synthesised and transcribed once. English is scored by WER, Chinese by pinyin CER
 (voicelab/judges/text.py: Whisper often writes Traditional characters). Every bound was set from a measured
-run (CPU, int8, one thread, greedy decoding; the same on a second run), kept beside it as ``measured``: the
+run (CPU, int8 on an Intel CPU, one thread, greedy decoding; the same on a second run; the float32 judge of
+2026-12-04 passes every bound on an AMD EPYC too), kept beside it as ``measured``: the
 bound is the measured error plus one more misheard token of that sentence (at least +0.10), rounded up to 0.05,
 so a voice or style that stops saying its words fails while one word heard differently on another CPU does not.
 """
