@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,51 +83,58 @@ class RunningApp:
         stop_process(self.process)
 
 
-@dataclass(frozen=True)
 class Apps:
-    tone: RunningApp | None
-    piper: RunningApp | None
-    native: RunningApp | None
+    """The apps the browser tests run against, each started when a test first needs it. Started lazily because
+    every xdist worker collects every test: starting what the collected files need started all three apps in
+    both workers, each paying a server and a model load for files the other worker ran."""
+
+    def __init__(self, folders: pytest.TempPathFactory) -> None:
+        self._folders = folders
+        self._running: dict[str, RunningApp] = {}
+
+    def ready(self, kind: str) -> RunningApp:
+        """The running app of ``kind`` ("tone", "builtin" or "native"), started now if it is not yet."""
+        if kind not in self._running:
+            self._running[kind] = self._start(kind)
+        return self._running[kind].wait_ready()
+
+    def _start(self, kind: str) -> RunningApp:
+        outputs = self._folders.mktemp(f"{kind}-outputs")
+        if kind == "tone":
+            return RunningApp(outputs)
+        if kind == "builtin":  # the default built-in voices: English (Piper) and Mandarin
+            return RunningApp(outputs, "builtin")
+        return RunningApp(outputs, NATIVE_BACKEND, f"chunk_delay_s={NATIVE_CHUNK_DELAY_S}")
+
+    def stop(self) -> None:
+        for app in self._running.values():
+            app.stop()
 
 
 NATIVE_BACKEND = "tests.fixture_native_backend:create"
 NATIVE_CHUNK_DELAY_S = 1.5
 
 
-@pytest.fixture(scope="session", autouse=True)
-def apps(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apps]:
-    """Start every app the selected tests need at once, so their slow starts (worker, model) overlap."""
-    files = {item.path.name for item in request.session.items}
-    tone_tests = {"test_studio_browser.py", "test_history_browser.py"}
-    tone = RunningApp(tmp_path_factory.mktemp("tone-outputs")) if files & tone_tests else None
-    builtin = "test_piper_browser.py" in files  # the default built-in voices: English (Piper) and Mandarin
-    piper = RunningApp(tmp_path_factory.mktemp("builtin-outputs"), "builtin") if builtin else None
-    native = None
-    if files & {"test_streaming_browser.py", "test_language_browser.py"}:
-        options = f"chunk_delay_s={NATIVE_CHUNK_DELAY_S}"
-        native = RunningApp(tmp_path_factory.mktemp("native-outputs"), NATIVE_BACKEND, options)
-    yield Apps(tone, piper, native)
-    for app in (tone, piper, native):
-        if app is not None:
-            app.stop()
+@pytest.fixture(scope="session")
+def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apps]:
+    running = Apps(tmp_path_factory)
+    yield running
+    running.stop()
 
 
 @pytest.fixture(scope="session")
 def tone_app(apps: Apps) -> RunningApp:
-    assert apps.tone is not None
-    return apps.tone.wait_ready()
+    return apps.ready("tone")
 
 
 @pytest.fixture(scope="session")
 def piper_app(apps: Apps) -> RunningApp:
-    assert apps.piper is not None
-    return apps.piper.wait_ready()
+    return apps.ready("builtin")
 
 
 @pytest.fixture(scope="session")
 def native_app(apps: Apps) -> RunningApp:
-    assert apps.native is not None
-    return apps.native.wait_ready()
+    return apps.ready("native")
 
 
 @pytest.fixture(scope="session")
