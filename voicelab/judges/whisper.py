@@ -18,7 +18,7 @@ Chinese text with English words it wrote the Chinese alone ("我今天做了一�
 Float32 rather than int8, so a verdict does not depend on the CPU's vendor: CTranslate2 multiplies int8 with Intel
 MKL on Intel CPUs and with oneDNN on others, and the two round differently enough to change what is heard (on an
 AMD EPYC, oneDNN heard "2026年12月1日，气温是23度" as "2021日7月23日"; MKL there heard it whole, four times slower). In
-float32 both libraries wrote the same transcripts on the test set's Mandarin, at about 1.35 times the int8 time.
+float32 both libraries wrote the same transcripts on the test set's Mandarin, at about 1.3 times the int8 time.
 """
 
 from __future__ import annotations
