@@ -111,6 +111,25 @@ def test_first_audio_timeline_reads_each_stage_once_and_counts_the_tokens_before
     assert line.line().startswith("first token 22 ms, 3 tokens by the first flow call")
 
 
+def test_request_profile_reads_a_whole_requests_stages_and_counts_syncs_by_line() -> None:
+    import warnings
+
+    from tools.cosyvoice_request_profile import new_voice, stages, sync_sources
+    from voicelab.bench.soak import DEFAULT_PROMPTS
+
+    marks = [("token", 1.040), *(("token", 1.040 + 0.0025 * i) for i in range(1, 253)), ("flow+", 1.700)]
+    marks += [("flow-", 1.880), ("vocoder+", 1.881), ("vocoder-", 1.905)]
+    line = stages(marks, 1.0, 1.030, 1.906, 10.08)
+    assert line.tokens == 253 and round(line.features_ms) == 30 and round(line.first_token_ms) == 40
+    assert [round(v) for v in (*line.flow_ms, *line.vocoder_ms, line.total_ms)] == [700, 880, 881, 905, 906]
+    assert round(line.rtf, 3) == 0.090 and "(2.50 ms a token)" in line.line()
+    caught = [warnings.WarningMessage("sync", UserWarning, "/x/sampling.py", n, None) for n in (86, 86, 89)]
+    assert sync_sources(caught) == {"sampling.py:86": 2, "sampling.py:89": 1}
+    prompts = sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4]
+    (first, text), (again, _) = new_voice(0, prompts), new_voice(4, prompts)
+    assert text and abs(first.size - again.size - 0.04 * 16000) <= 1  # the same clip cut later: new to every cache
+
+
 def test_host_memory_phases_repeat_one_request_then_vary_the_text_then_the_voice(tmp_path: Path) -> None:
     from tools.cosyvoice_host_memory import phases
 

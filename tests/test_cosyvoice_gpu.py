@@ -204,7 +204,9 @@ def test_flow_estimator_graphs_equal_eager_and_are_kept_only_where_faster(
     torch.rand(4, device="cuda")  # the default generator left in capture mode would raise here
     generator = torch.Generator(device="cuda").manual_seed(0)
     with torch.inference_mode():
-        for frames, streaming in ((137, False), (300, False), (611, False), (180, True), (433, True)):
+        # 1,152 frames: a 13 s prompt and 10 s of speech, padded into the 1,536 bucket (past 1,024 it ran eagerly)
+        lengths = ((137, False), (300, False), (611, False), (1152, False), (180, True), (433, True), (1100, True))
+        for frames, streaming in lengths:
             x, mu, cond = (torch.randn(2, 80, frames, device="cuda", generator=generator) for _ in range(3))
             mask, t = torch.ones(2, 1, frames, device="cuda"), torch.rand(2, device="cuda", generator=generator)
             spks = torch.randn(2, 80, device="cuda", generator=generator)

@@ -47,9 +47,11 @@ from voicelab.backends.cuda_graphs import bucket_for, device_ms, restore_generat
 log = logging.getLogger(__name__)
 
 # Mel frames (50 per second, prompt included). On the H200 (CosyVoice2, float32) eager took ~40 ms per call up to
-# 1,024 frames (launch-bound) and the graphs 10-25 ms; from 1,536 frames both were compute-bound (46/43 ms up to
-# 221/217 ms at 4,096), not worth the ~40 MiB each and a pool sized for the longest: those lengths run eagerly.
-FRAME_BUCKETS = (256, 512, 768, 1024)
+# 1,024 frames (launch-bound) and the graphs 10-25 ms. At 1,536 frames the graph took 33 ms against 40 eager, and a
+# request past 1,024 frames (a 13 s prompt and 10 s of speech: 1,152) ran its ten eager calls in ~750 ms, each new
+# length costing more than its arithmetic; padded into the 1,536 graph, ~360 ms. At 2,048 graph and eager were
+# within 5 % (59/62 ms) and the bucket cost ~0.9 GiB reserved: longer calls run eagerly (2026-12-04).
+FRAME_BUCKETS = (256, 512, 768, 1024, 1536)
 # Largest difference from eager, relative to the output's scale. Padded to its bucket a call runs other convolution
 # algorithms, in TF32 (cuDNN's default): 1.4e-3 on the H200; padding that leaked into the frames differs by far more.
 TOLERANCE = 5e-3
@@ -248,6 +250,7 @@ def install_flow_graphs(flow: Any, tf32: bool = True) -> GraphedEstimator | None
     graphed = GraphedEstimator(estimator, tf32=tf32)
     decoder.estimator = graphed
     kept = graphed.capture_all(int(getattr(flow, "output_size", 80)))
+    torch.cuda.empty_cache()  # the eager warm-ups' blocks: at load nothing else holds the allocator's cache
     log.info("flow estimator: %d of %d graphs kept (length buckets x whole/streamed)", kept,
              len(graphed.buckets) * len(graphed.modes))  # fmt: skip
     return graphed

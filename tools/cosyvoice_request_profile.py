@@ -1,0 +1,157 @@
+"""Where a lone whole CosyVoice request goes in NVIDIA's anchor shape, and how often its token loop waits for the GPU.
+
+    python -m tools.cosyvoice_request_profile --model-dir DIR [--code DIR] [--runs 6] [--chars 20] [--slots 16]
+        [--dtype float32]
+
+Loads the model as the backend does (``load_runtime``) and runs ``--runs`` whole (unstreamed) requests one at a
+time, each in a voice new to the cache (a cut of a test prompt, as ``bench cosyvoice``'s anchor phase makes them)
+with a Mandarin text of ``--chars`` characters. Each line: the new voice's features, the first and last token and the
+time per token, the flow's and the vocoder's spans, the whole request and its RTF, in ms from the request's start
+(the device synchronised around each stage, so the spans are the stages' own). One more request then runs under
+``torch.cuda.set_sync_debug_mode``: every operation that waited for the device, counted by source line, over the
+tokens it decoded. The first run carries one-off warm-up; the p50 line leaves out the first two. No engine, no IPC.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools.cosyvoice_first_audio import instrument
+from voicelab.bench.cosyvoice_anchor import anchor_texts
+from voicelab.bench.soak import DEFAULT_PROMPTS
+
+SAMPLE_RATE = 24000
+
+
+@dataclass(frozen=True)
+class Stages:
+    """One whole request's stages, in ms from its start; ``audio_s``: the seconds of speech it made."""
+
+    features_ms: float
+    tokens: int
+    first_token_ms: float
+    last_token_ms: float
+    flow_ms: tuple[float, float]
+    vocoder_ms: tuple[float, float]
+    total_ms: float
+    audio_s: float
+
+    @property
+    def rtf(self) -> float:
+        return self.total_ms / 1000 / max(self.audio_s, 1e-9)
+
+    def line(self) -> str:
+        per_token = (self.last_token_ms - self.first_token_ms) / max(1, self.tokens - 1)
+        return (
+            f"features {self.features_ms:.0f} ms, {self.tokens} tokens from {self.first_token_ms:.0f} to "
+            f"{self.last_token_ms:.0f} ms ({per_token:.2f} ms a token), "
+            f"flow {self.flow_ms[0]:.0f}-{self.flow_ms[1]:.0f}, "
+            f"vocoder {self.vocoder_ms[0]:.0f}-{self.vocoder_ms[1]:.0f}, whole {self.total_ms:.0f} ms for "
+            f"{self.audio_s:.2f} s of audio, RTF {self.rtf:.3f}"
+        )
+
+
+def stages(marks: Sequence[tuple[str, float]], start: float, features_end: float, end: float, audio_s: float) -> Stages:
+    """``marks`` as ``cosyvoice_first_audio.instrument`` stamps them (times in seconds); each stage's first span."""
+    ms = lambda t: 1000 * (t - start)  # noqa: E731
+    tokens = [t for name, t in marks if name == "token"]
+    first = {name: t for name, t in reversed(marks) if name != "token"}
+    return Stages(
+        features_ms=ms(features_end),
+        tokens=len(tokens),
+        first_token_ms=ms(tokens[0]) if tokens else -1.0,
+        last_token_ms=ms(tokens[-1]) if tokens else -1.0,
+        flow_ms=(ms(first.get("flow+", start)), ms(first.get("flow-", start))),
+        vocoder_ms=(ms(first.get("vocoder+", start)), ms(first.get("vocoder-", start))),
+        total_ms=ms(end),
+        audio_s=audio_s,
+    )
+
+
+def sync_sources(caught: Iterable[warnings.WarningMessage]) -> collections.Counter[str]:
+    """The warnings ``set_sync_debug_mode`` raised, counted by ``file:line`` of the call that waited."""
+    return collections.Counter(f"{Path(w.filename).name}:{w.lineno}" for w in caught)
+
+
+def new_voice(index: int, prompts: Sequence[Path]) -> tuple[Any, str]:
+    """A voice no earlier run used: a cut of a test prompt (from 300 ms + 10 ms a run), with its transcript."""
+    import soundfile as sf
+
+    base = prompts[index % len(prompts)]
+    samples, rate = sf.read(base, dtype="float32")
+    return samples[int(rate * (0.3 + 0.01 * index)) :], base.with_suffix(".txt").read_text().strip()
+
+
+def one_request(
+    runtime: Any, index: int, text: str, marks: list[tuple[str, float]], sync: Callable[[], None]
+) -> Stages:
+    from voicelab.backends.cosyvoice.modes import plan_mode
+
+    samples, transcript = new_voice(index, sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4])
+    sync()
+    start = time.perf_counter()
+    plan = plan_mode(runtime.version, runtime.normalize_prompt(transcript), "")
+    entry = runtime.speaker(samples)
+    sync()
+    features_end = time.perf_counter()
+    marks.clear()
+    audio = [a for s in runtime.normalize(text) for a in runtime.run(runtime.inputs(plan, s, entry), False, 1.0, index)]
+    sync()
+    end = time.perf_counter()
+    return stages(list(marks), start, features_end, end, sum(a.size for a in audio) / SAMPLE_RATE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
+    from voicelab.backends.cosyvoice.upstream import load_runtime
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--code", default="", help="an upstream checkout (default: the installed package)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--slots", type=int, default=16, help="decode slots, as --backend-options decode_slots")
+    parser.add_argument("--runs", type=int, default=6)
+    parser.add_argument("--chars", type=int, default=20, help="Mandarin characters a request")
+    args = parser.parse_args(argv)
+    cuda = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    runtime = load_runtime(args.model_dir, args.code, args.device, args.dtype, 500, DecodeChoice("on", args.slots))
+    marks: list[tuple[str, float]] = []
+    instrument(runtime, marks, sync)
+    texts = anchor_texts(args.runs + 1, args.chars)
+    rtfs = []
+    for index in range(args.runs):
+        line = one_request(runtime, index, texts[index], marks, sync)
+        print(f"run {index}: {line.line()}", flush=True)
+        rtfs.append((line.rtf, line.total_ms))
+    if len(rtfs) > 2:
+        print(f"p50 of runs 2-{args.runs - 1}: RTF {statistics.median(r for r, _ in rtfs[2:]):.3f}, "
+              f"{statistics.median(t for _, t in rtfs[2:]):.0f} ms")  # fmt: skip
+    if cuda:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode(1)
+            try:
+                line = one_request(runtime, args.runs, texts[args.runs], marks, sync)
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+        sources = sync_sources(caught)
+        counts = dict(sources.most_common(12))
+        print(f"host syncs: {sum(sources.values())} over {line.tokens} tokens; by line: {counts}")
+    runtime.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
