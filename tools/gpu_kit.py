@@ -7,7 +7,7 @@ On a machine that reaches PyPI: VoiceLab's pins (requirements-cosyvoice.txt over
 requirements-nodeps.txt) minus what the GPU image already has (``kit_plan.IMAGE_PACKAGES``), with every dependency
 walked for the target's Python and platform, as wheels; the three pins that exist only as source for CPython 3.12
 (openai-whisper, antlr4-python3-runtime, pyworld) built into wheels in a build venv of the target's Python with
-``setuptools<70`` and ``--no-build-isolation`` (their setup scripts import pkg_resources). The wheels are packed
+``setuptools<70`` and ``--no-build-isolation`` (antlr4's setup script imports pkg_resources). The wheels are packed
 into ``kit/part1``, ``kit/part2``, ... of at most ``--part-mib`` each, so that each part travels in one carried
 folder beside the code; ``kit/MANIFEST.txt`` lists each part, what the image provides instead, what was left out and
 why, and the install command. Without a build Python for the target, the sources go into the kit instead and the
