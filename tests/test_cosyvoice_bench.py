@@ -114,7 +114,8 @@ def test_first_audio_timeline_reads_each_stage_once_and_counts_the_tokens_before
 def test_request_profile_reads_a_whole_requests_stages_and_counts_syncs_by_line() -> None:
     import warnings
 
-    from tools.cosyvoice_request_profile import new_voice, stages, sync_sources
+    from tools.cosyvoice_request_profile import stages, sync_sources
+    from voicelab.bench.cosyvoice_anchor import anchor_voice
     from voicelab.bench.soak import DEFAULT_PROMPTS
 
     marks = [("token", 1.040), *(("token", 1.040 + 0.0025 * i) for i in range(1, 253)), ("flow+", 1.700)]
@@ -126,8 +127,8 @@ def test_request_profile_reads_a_whole_requests_stages_and_counts_syncs_by_line(
     caught = [warnings.WarningMessage("sync", UserWarning, "/x/sampling.py", n, None) for n in (86, 86, 89)]
     assert sync_sources(caught) == {"sampling.py:86": 2, "sampling.py:89": 1}
     prompts = sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4]
-    (first, text), (again, _) = new_voice(0, prompts), new_voice(4, prompts)
-    assert text and abs(first.size - again.size - 0.04 * 16000) <= 1  # the same clip cut later: new to every cache
+    (first, rate, text), (again, _, _) = anchor_voice(0, prompts), anchor_voice(4, prompts)
+    assert text and rate == 16000 and abs(first.size - again.size - 0.04 * 16000) <= 1  # the same clip, cut later
 
 
 def test_host_memory_phases_repeat_one_request_then_vary_the_text_then_the_voice(tmp_path: Path) -> None:

@@ -47,20 +47,26 @@ class Timeline:
         )
 
 
+def marks_ms(marks: list[tuple[str, float]], start: float) -> tuple[list[float], dict[str, float]]:
+    """``instrument``'s marks in ms from ``start``: every token's time, and each other mark's first occurrence."""
+    tokens = [1000 * (t - start) for name, t in marks if name == "token"]
+    first = {name: 1000 * (t - start) for name, t in reversed(marks) if name != "token"}
+    return tokens, first
+
+
 def timeline(marks: list[tuple[str, float]], start: float, first_audio: float) -> Timeline:
     """``marks``: ("token", t), ("flow+", t), ("flow-", t), ("vocoder+", t), ("vocoder-", t) in seconds."""
-    ms = lambda t: 1000 * (t - start)  # noqa: E731
-    tokens = [t for name, t in marks if name == "token"]
-    first = {name: t for name, t in reversed(marks) if name != "token"}  # each stage's first occurrence
-    flow_start = first.get("flow+", first_audio)
-    gaps = [1000 * (b - a) for a, b in itertools.pairwise(tokens)] or [0.0]
+    tokens, first = marks_ms(marks, start)
+    audio_ms = 1000 * (first_audio - start)
+    flow_start = first.get("flow+", audio_ms)
+    gaps = [b - a for a, b in itertools.pairwise(tokens)] or [0.0]
     return Timeline(
-        first_token_ms=ms(tokens[0]) if tokens else -1.0,
+        first_token_ms=tokens[0] if tokens else -1.0,
         tokens_by_flow=sum(1 for t in tokens if t <= flow_start),
         token_gap_ms=statistics.median(gaps),
-        flow_ms=(ms(first.get("flow+", start)), ms(first.get("flow-", start))),
-        vocoder_ms=(ms(first.get("vocoder+", start)), ms(first.get("vocoder-", start))),
-        first_audio_ms=ms(first_audio),
+        flow_ms=(first.get("flow+", 0.0), first.get("flow-", 0.0)),
+        vocoder_ms=(first.get("vocoder+", 0.0), first.get("vocoder-", 0.0)),
+        first_audio_ms=audio_ms,
     )
 
 

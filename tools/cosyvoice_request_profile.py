@@ -19,13 +19,13 @@ import collections
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.cosyvoice_first_audio import instrument
-from voicelab.bench.cosyvoice_anchor import anchor_texts
+from tools.cosyvoice_first_audio import instrument, marks_ms
+from voicelab.bench.cosyvoice_anchor import anchor_texts, anchor_voice
 from voicelab.bench.soak import DEFAULT_PROMPTS
 
 SAMPLE_RATE = 24000
@@ -59,19 +59,17 @@ class Stages:
         )
 
 
-def stages(marks: Sequence[tuple[str, float]], start: float, features_end: float, end: float, audio_s: float) -> Stages:
+def stages(marks: list[tuple[str, float]], start: float, features_end: float, end: float, audio_s: float) -> Stages:
     """``marks`` as ``cosyvoice_first_audio.instrument`` stamps them (times in seconds); each stage's first span."""
-    ms = lambda t: 1000 * (t - start)  # noqa: E731
-    tokens = [t for name, t in marks if name == "token"]
-    first = {name: t for name, t in reversed(marks) if name != "token"}
+    tokens, first = marks_ms(marks, start)
     return Stages(
-        features_ms=ms(features_end),
+        features_ms=1000 * (features_end - start),
         tokens=len(tokens),
-        first_token_ms=ms(tokens[0]) if tokens else -1.0,
-        last_token_ms=ms(tokens[-1]) if tokens else -1.0,
-        flow_ms=(ms(first.get("flow+", start)), ms(first.get("flow-", start))),
-        vocoder_ms=(ms(first.get("vocoder+", start)), ms(first.get("vocoder-", start))),
-        total_ms=ms(end),
+        first_token_ms=tokens[0] if tokens else -1.0,
+        last_token_ms=tokens[-1] if tokens else -1.0,
+        flow_ms=(first.get("flow+", 0.0), first.get("flow-", 0.0)),
+        vocoder_ms=(first.get("vocoder+", 0.0), first.get("vocoder-", 0.0)),
+        total_ms=1000 * (end - start),
         audio_s=audio_s,
     )
 
@@ -81,21 +79,13 @@ def sync_sources(caught: Iterable[warnings.WarningMessage]) -> collections.Count
     return collections.Counter(f"{Path(w.filename).name}:{w.lineno}" for w in caught)
 
 
-def new_voice(index: int, prompts: Sequence[Path]) -> tuple[Any, str]:
-    """A voice no earlier run used: a cut of a test prompt (from 300 ms + 10 ms a run), with its transcript."""
-    import soundfile as sf
-
-    base = prompts[index % len(prompts)]
-    samples, rate = sf.read(base, dtype="float32")
-    return samples[int(rate * (0.3 + 0.01 * index)) :], base.with_suffix(".txt").read_text().strip()
-
-
 def one_request(
     runtime: Any, index: int, text: str, marks: list[tuple[str, float]], sync: Callable[[], None]
 ) -> Stages:
+    """Request ``index`` (its seed too) in the anchor phase's voice ``index``, new to the cache."""
     from voicelab.backends.cosyvoice.modes import plan_mode
 
-    samples, transcript = new_voice(index, sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4])
+    samples, _, transcript = anchor_voice(index, sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4])
     sync()
     start = time.perf_counter()
     plan = plan_mode(runtime.version, runtime.normalize_prompt(transcript), "")

@@ -42,18 +42,26 @@ def sized_chars(probes: Sequence[tuple[int, float]], target_s: float = ANCHOR_AU
     return max(1, min(LONGEST_CHARS, round(c1 + (target_s - s1) / slope)))
 
 
+def anchor_voice(index: int, prompts: Sequence[Path]) -> tuple[Any, int, str]:
+    """Voice ``index`` of the anchor phase: (samples, rate, transcript), a cut of a test prompt that no other phase
+    uses (300 ms + 10 ms an index from its start; the soak's cuts stop at 290 ms)."""
+    import soundfile as sf
+
+    base = prompts[index % len(prompts)]
+    samples, rate = sf.read(base, dtype="float32")
+    return samples[int(rate * (0.3 + 0.01 * index)) :], rate, base.with_suffix(".txt").read_text().strip()
+
+
 def anchor_voices(folder: Path, count: int, prompts: Sequence[Path]) -> list[tuple[str, str]]:
-    """``count`` voices new to every cache: (wav path, transcript), each a cut of a test prompt that no other phase
-    uses (300 ms and more from its start; the soak's cuts stop at 290 ms)."""
+    """``count`` voices new to every cache (``anchor_voice``), written to ``folder``: (wav path, transcript)."""
     import soundfile as sf
 
     voices = []
     for index in range(count):
-        base = prompts[index % len(prompts)]
-        samples, rate = sf.read(base, dtype="float32")
+        samples, rate, transcript = anchor_voice(index, prompts)
         path = folder / f"anchor_{index}.wav"
-        sf.write(path, samples[int(rate * (0.3 + 0.01 * index)) :], rate)
-        voices.append((str(path), base.with_suffix(".txt").read_text().strip()))
+        sf.write(path, samples, rate)
+        voices.append((str(path), transcript))
     return voices
 
 
