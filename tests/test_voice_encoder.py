@@ -12,7 +12,7 @@ import soundfile as sf
 import torch
 
 from voicelab.errors import BackendLoadError
-from voicelab.voice.analysis import resample
+from voicelab.voice.analysis import frame_levels_db, resample
 from voicelab.voice.encoder import (
     HOP,
     PARTIAL_STEP,
@@ -45,6 +45,17 @@ def test_mel_filterbank_equals_librosa_slaney(n_mels: int) -> None:
     reference = np.load(DATA / "whisper_mel_filters.npz")[f"mel_{n_mels}"]  # librosa.filters.mel(16000, 400, n)
     ours = mel_filterbank(16000, 400, n_mels)
     np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("length", [1, 479, 480, 48_017])
+def test_voice_detection_levels_are_each_centred_windows_rms(length: int) -> None:
+    """The 30 ms windows tile the signal, so their levels are block sums (faster than the overlapping frames' running
+    sums); each is still the RMS of the window centred on its frame, zeros outside the signal."""
+    audio = np.random.default_rng(length).standard_normal(length).astype(np.float32) * 0.1
+    levels = frame_levels_db(audio, 16000, hop_s=0.03, win_s=0.03)
+    win, padded = 480, np.concatenate([np.zeros(240), audio.astype(np.float64), np.zeros(480)])
+    expected = [np.mean(padded[k * win : (k + 1) * win] ** 2) for k in range(-(-length // win))]
+    np.testing.assert_allclose(levels, 10 * np.log10(np.maximum(expected, 1e-12)), rtol=0, atol=1e-4)
 
 
 def test_partials_are_160_frames_with_about_half_overlap() -> None:
