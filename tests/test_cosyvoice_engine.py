@@ -112,10 +112,11 @@ def test_with_several_decode_slots_a_short_job_joins_a_long_one_and_finishes_fir
 def test_a_timeout_fails_only_the_overdue_job_and_the_one_beside_it_runs_again(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """decode_slots=4, a 10 s job limit: a 16 s job times out and the worker is replaced; a 5.6 s job that started
-    beside it 5 s later (so it is still running at 10 s, whatever the machine's speed) is not at fault, so it runs
+    """decode_slots=4, a 10 s job limit: a 16 s job times out and the worker is replaced; a 4 s job that started
+    beside it 8 s later (so it is still running at 10 s, whatever the machine's speed) is not at fault, so it runs
     again on the new worker and comes back whole. There it pays a new worker's first prompt (both speaker encoders
-    load: ~2 s, up to 4 s on a busy 2-core CPU) inside its own limit, hence the margin."""
+    load: ~2 s, over 4 s on a 2-core CPU busy with another suite) inside its own limit: 6 s of margin. (A 5.6 s job
+    started 5 s in left 4.4 s, and timed out again under a load of 3.7.)"""
     settings = fake_settings(tmp_path_factory, "decode_slots=4,token_delay_ms=20", timeout_s=10)
     with EngineClient(settings) as engine:
         engine.wait_ready(timeout=120)
@@ -127,8 +128,8 @@ def test_a_timeout_fails_only_the_overdue_job_and_the_one_beside_it_runs_again(
 
         with ThreadPoolExecutor(2) as pool:
             long = pool.submit(generate, "w" * 400)  # 800 tokens at 20 ms
-            time.sleep(5.0)
-            beside = pool.submit(generate, "m" * 140)  # 280 tokens: 5.6 s
+            time.sleep(8.0)
+            beside = pool.submit(generate, "m" * 100)  # 200 tokens: 4 s
             with pytest.raises(JobTimeoutError, match="took longer than 10 s"):
                 long.result(timeout=60)
-            assert beside.result(timeout=60) == 2 * 140 * SAMPLES_PER_TOKEN
+            assert beside.result(timeout=60) == 2 * 100 * SAMPLES_PER_TOKEN
