@@ -97,8 +97,14 @@ def test_a_fitted_voice_moves_toward_the_prompt_speaks_at_its_pitch_and_travels_
 ) -> None:
     prompt = load_prompt(DATA / "arctic_slt_en_female.wav")  # a woman's voice, the fit starting from a man's pack
     listener = Listener()
+    utterances: list[int] = []  # the model's whole-utterance calls
+    forward = backend.model.forward
+    monkeypatch.setattr(backend.model, "forward", lambda *a, **k: utterances.append(1) or forward(*a, **k))
     with caplog.at_level(logging.INFO, logger="voicelab.backends.kokoro.fitting"), torch.inference_mode():
         chunks = list(backend.synthesize(SpeechRequest(TEXT, "en", prompt=prompt, on_fit=listener)))
+    # The held-out sentence by the start pack, by the style checked at step 2 and at the pitch's second round (the
+    # first measures the audio of the style kept), then TEXT.
+    assert len(utterances) == 4
     assert "fitting voice: step 1 of 2" in caplog.text and "fitting voice: step 2 of 2" in caplog.text
     assert listener.steps == [(1, 2), (2, 2)]  # fitted under the engine's inference mode all the same
     (fitted,) = listener.styles
@@ -138,8 +144,8 @@ def test_the_start_packs_are_spoken_once_per_fitter_not_once_per_prompt(
     held = fitter.tokens(HELD_OUT_TEXT)
     starts = {"jm_kumo": torch.from_numpy(backend.packs.style("jm_kumo", held.shape[1] - 2))}
     spoken = []
-    embedding = fitter.embedding
-    monkeypatch.setattr(fitter, "embedding", lambda *a: spoken.append(1) or embedding(*a))
+    speech = fitter.spoken
+    monkeypatch.setattr(fitter, "spoken", lambda *a: spoken.append(1) or speech(*a))
     prompts = torch.nn.functional.normalize(torch.randn(2, 256, generator=torch.Generator().manual_seed(0)), dim=1)
     first, second = (fitter.pack_scores(starts, held, target) for target in prompts)
     assert len(spoken) == 1  # the second prompt's start is chosen without speaking the pack again
