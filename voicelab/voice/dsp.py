@@ -87,14 +87,15 @@ def transform_batch(
     sr: int,
     transforms: Sequence[VoiceTransform],
     seed: int = 0,
-    analysis: spectral.Analysis | pulse.PulseFeatures | None = None,
+    analysis: spectral.Analysis | pulse.PulseFeatures | world_render.WorldFeatures | None = None,
     renderer: str = "torch",
     analyser: pulse.Analyser = pulse.analyse,
 ) -> torch.Tensor:
     """A padded batch (B, N) with one transform per row, on its own device; float32, within [-1, 1].
 
-    ``analysis`` reuses ``spectral.analyse`` (``pulse.analyse`` for ``pulse``) of this very batch (the matcher
-    renders one utterance many times); without it, ``analyser`` makes ``pulse``'s (``pulse_graphs`` replays it).
+    ``analysis`` reuses ``spectral.analyse`` (``pulse.analyse`` for ``pulse``, ``world_render.analyse_world`` of its
+    one row for ``world``) of this very batch (the matcher renders one utterance many times); without it,
+    ``analyser`` makes ``pulse``'s (``pulse_graphs`` replays it).
     """
     if renderer not in RENDERERS:
         raise ValueError(f"Unknown voice renderer {renderer!r}; use one of {', '.join(RENDERERS)}.")
@@ -102,7 +103,8 @@ def transform_batch(
         x = torch.nan_to_num(x.float())
         level = active_rms_db(x, lengths, sr)
         if renderer == "world":
-            out = _world_batch(x, lengths, sr, transforms)
+            world = analysis if isinstance(analysis, world_render.WorldFeatures) else None
+            out = _world_batch(x, lengths, sr, transforms, world)
         elif renderer in ("mel", "pulse"):
             features = analysis if isinstance(analysis, pulse.PulseFeatures) else None
             out = _resynthesised_batch(x, lengths, sr, transforms, seed, renderer, features, analyser)
@@ -178,11 +180,21 @@ def _resynthesised_batch(
     return out
 
 
-def _world_batch(x: torch.Tensor, lengths: torch.Tensor, sr: int, transforms: Sequence[VoiceTransform]) -> torch.Tensor:
+def _world_batch(
+    x: torch.Tensor,
+    lengths: torch.Tensor,
+    sr: int,
+    transforms: Sequence[VoiceTransform],
+    features: world_render.WorldFeatures | None = None,
+) -> torch.Tensor:
+    """Each row through WORLD on the CPU. ``features``: ``analyse_world`` of a one-row batch's audio, made once by
+    a caller that renders that audio many times (the matcher's search); analysing it again for every rendering
+    gave the same parameters, at about the rendering's own cost."""
+    assert features is None or x.shape[0] == 1, "WORLD features describe one utterance"
     rows = x.cpu().numpy()
     out = torch.zeros_like(x)
     for row, (n, t) in enumerate(zip(lengths.tolist(), transforms, strict=True)):
-        rendered = world_render.render_full(rows[row, :n], sr, t)
+        rendered = world_render.render_full(rows[row, :n], sr, t, features)
         out[row, :n] = torch.from_numpy(np.ascontiguousarray(rendered, dtype=np.float32)).to(x.device)
     return out
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from voicelab.voice import pulse, spectral
+from voicelab.voice import pulse, spectral, world_render
 from voicelab.voice.analysis import VoiceStats, analyse_voice, ltas_db, resample
 from voicelab.voice.dsp import EQ_LIMIT_DB, VoiceTransform, apply_transform, padded_rows, transform_batch
 from voicelab.voice.encoder import SAMPLE_RATE as ENCODER_RATE
@@ -218,12 +218,14 @@ class _Search:
         self.start = matcher.analytic(profile, analyse_voice(audio, sr))
         self.audio = torch.from_numpy(np.asarray(audio, dtype=np.float32)).to(matcher.encoder.device).unsqueeze(0)
         self.lengths = torch.tensor([len(audio)], device=self.audio.device)
-        self.analysis: spectral.Analysis | pulse.PulseFeatures | None = None
+        self.analysis: spectral.Analysis | pulse.PulseFeatures | world_render.WorldFeatures | None = None
         with torch.inference_mode():
             if matcher.search_renderer == "torch":
                 self.analysis = spectral.analyse(self.audio, self.lengths, sr)
             elif matcher.search_renderer == "pulse":
                 self.analysis = pulse.analyse(self.audio, self.lengths, sr)
+            elif matcher.search_renderer == "world":  # the same values transform_batch hands each rendering
+                self.analysis = world_render.analyse_world(np.nan_to_num(np.asarray(audio, dtype=np.float32)), sr)
         self.renders: dict[tuple[float, float, float], tuple[np.ndarray, tuple[float, ...]]] = {}
         self.base_similarity = matcher.similarity(audio, sr, profile)
         self.scores: dict[_Candidate | None, float] = {None: self.base_similarity}

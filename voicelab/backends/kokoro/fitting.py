@@ -70,6 +70,18 @@ class FitSettings:
 
 
 @dataclass(frozen=True)
+class Checked:
+    """A style checked on the held-out sentence: GE2E cosine to the prompt, the step it was reached at (0: the start
+    pack) and the audio [N] it spoke there, at the predicted pitch: the pitch scale's first measurement, so the style
+    chosen is not made to say the sentence again."""
+
+    score: float
+    style: torch.Tensor = field(repr=False)
+    step: int
+    audio: torch.Tensor = field(repr=False)
+
+
+@dataclass(frozen=True)
 class FittedVoice:
     """The fitted ref_s [256] (CPU), the pack it started from, GE2E on the held-out sentence before and after,
     the steps taken, the seconds the fit took, and the F0 curve's scale that puts it at the prompt's pitch."""
@@ -111,17 +123,21 @@ class StyleFitter:
         self.kernel = resample_filter(self.device)
         _, std = packs.spread()
         self.std = torch.from_numpy(std).to(self.device)
-        self.pack_embeddings: dict[str, torch.Tensor] = {}  # each start pack's GE2E on the held-out sentence
+        self.pack_speech: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # each start pack's held-out speech
 
     def tokens(self, text: str) -> torch.Tensor:
         ids = [i for sentence in self.frontend.sentences(text) for i in sentence.ids]
         return torch.tensor([[0, *ids[:510], 0]], device=self.device)
 
-    def embedding(self, tokens: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
-        """GE2E embedding of the voice saying ``tokens`` (durations its own)."""
+    def spoken(self, tokens: torch.Tensor, style: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The voice saying ``tokens`` (durations its own): the audio [N] and its GE2E embedding."""
         with torch.inference_mode():
             audio = self.model(tokens, style[None]).audio
-            return ge2e_embedding(self.encoder, to_16k(audio, self.kernel))
+            return audio, ge2e_embedding(self.encoder, to_16k(audio, self.kernel))
+
+    def embedding(self, tokens: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        """GE2E embedding of the voice saying ``tokens`` (durations its own)."""
+        return self.spoken(tokens, style)[1]
 
     def similarity(self, tokens: torch.Tensor, style: torch.Tensor, target: torch.Tensor) -> float:
         """GE2E cosine of the voice saying ``tokens`` to the prompt."""
@@ -132,12 +148,13 @@ class StyleFitter:
         self, starts: dict[str, torch.Tensor], held_tokens: torch.Tensor, target: torch.Tensor
     ) -> dict[str, float]:
         """Each start pack's GE2E cosine to the prompt on the held-out sentence. What a pack says does not depend
-        on the prompt, so its embedding is made once per fitter (five syntheses, ~6 s of a fit on a 2-core CPU)."""
+        on the prompt, so its speech and embedding are made once per fitter (five syntheses, ~6 s of a fit on a 2-core
+        CPU)."""
         with torch.inference_mode():
             for name, style in starts.items():
-                if name not in self.pack_embeddings:
-                    self.pack_embeddings[name] = self.embedding(held_tokens, style)
-            return {name: float(self.pack_embeddings[name] @ target) for name in starts}
+                if name not in self.pack_speech:
+                    self.pack_speech[name] = self.spoken(held_tokens, style)
+            return {name: float(self.pack_speech[name][1] @ target) for name in starts}
 
     def fit(self, prompt: PromptAudio, progress: Progress | None = None, f0_hz: float | None = None) -> FittedVoice:
         """The fitted voice for ``prompt`` (``f0_hz``: its median F0 when already measured)."""
@@ -155,31 +172,33 @@ class StyleFitter:
         }
         scores = self.pack_scores(starts, held_tokens, target)
         start_voice = max(scores, key=lambda name: scores[name])
-        best = (scores[start_voice], starts[start_voice], 0)
-        steps = self.descend(best[1], fit_tokens, held_tokens, target, f0_target, best, progress)
-        scale = self.pitch_scale(held_tokens, steps[1], f0_target) if self.settings.pitch else 1.0
+        start = Checked(scores[start_voice], starts[start_voice], 0, self.pack_speech[start_voice][0])
+        best = self.descend(fit_tokens, held_tokens, target, f0_target, start, progress)
+        scale = self.pitch_scale(held_tokens, best, f0_target) if self.settings.pitch else 1.0
         seconds = time.perf_counter() - started
         logger.info(
             "fitted voice from %s: GE2E %.3f -> %.3f in %d steps, F0 x%.3f, %.1f s",
             start_voice,
             scores[start_voice],
-            steps[0],
-            steps[2],
+            best.score,
+            best.step,
             scale,
             seconds,
         )
-        style = steps[1].detach().cpu()
-        return FittedVoice(style, start_voice, scores[start_voice], steps[0], steps[2], seconds, scale)
+        style = best.style.detach().cpu()
+        return FittedVoice(style, start_voice, scores[start_voice], best.score, best.step, seconds, scale)
 
-    def pitch_scale(self, tokens: torch.Tensor, style: torch.Tensor, wanted_hz: float) -> float:
-        """The F0 curve's scale at which the fitted voice speaks the held-out sentence at the prompt's median F0
-        (``wanted_hz``, measured the same way); 1.0 where either has no voiced frames."""
+    def pitch_scale(self, tokens: torch.Tensor, checked: Checked, wanted_hz: float) -> float:
+        """The F0 curve's scale at which the checked style speaks the held-out sentence (``tokens``) at the prompt's
+        median F0 (``wanted_hz``, measured the same way); 1.0 where either has no voiced frames. The first round
+        measures the audio the check spoke (scale 1.0: the same sentence, style and pitch), not a new synthesis."""
         if not wanted_hz > 0:
             return 1.0
-        scale = 1.0
-        for _ in range(PITCH_ROUNDS):
-            with torch.inference_mode():
-                audio = self.model(tokens, style[None], f0_scale=scale).audio
+        scale, audio = 1.0, checked.audio
+        for round_ in range(PITCH_ROUNDS):
+            if round_:
+                with torch.inference_mode():
+                    audio = self.model(tokens, checked.style[None], f0_scale=scale).audio
             spoken = f0_median_hz(audio.float().cpu().numpy(), SAMPLE_RATE)
             if not spoken > 0:
                 return 1.0
@@ -188,16 +207,17 @@ class StyleFitter:
 
     def descend(
         self,
-        start: torch.Tensor,
         fit_tokens: torch.Tensor,
         held_tokens: torch.Tensor,
         target: torch.Tensor,
         f0_target: float,
-        best: tuple[float, torch.Tensor, int],
+        best: Checked,
         progress: Progress | None,
-    ) -> tuple[float, torch.Tensor, int]:
-        """Adam on the change from ``start`` (in pack standard deviations); returns the best (score, style, step)."""
+    ) -> Checked:
+        """Adam on the change from ``best``'s style (the start; in pack standard deviations); returns the best style
+        checked on the held-out sentence (the start included)."""
         settings = self.settings
+        start = best.style
         z = torch.zeros_like(start, requires_grad=True)
         optimiser = torch.optim.Adam([z], lr=settings.learning_rate)
         with torch.no_grad():
@@ -218,9 +238,10 @@ class StyleFitter:
                     progress(step, settings.steps)
                 if step % settings.check_every == 0:
                     candidate = (start + z * self.std).detach()
-                    score = self.similarity(held_tokens, candidate, target)
-                    if score > best[0]:
-                        best, misses = (score, candidate, step), 0
+                    audio, embedding = self.spoken(held_tokens, candidate)
+                    score = float(embedding @ target)
+                    if score > best.score:
+                        best, misses = Checked(score, candidate, step, audio), 0
                     else:
                         misses += 1
                         if misses >= settings.patience:
