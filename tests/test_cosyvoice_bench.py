@@ -141,6 +141,8 @@ def test_host_memory_phases_repeat_one_request_then_vary_the_text_then_the_voice
     assert {job.prompt for job in texts} == {jobs[0].prompt} and len({job.text for job in texts}) > 8
     assert len(voices) == 12 and jobs[0].prompt not in {job.prompt for job in voices}
     assert len({job.prompt for job in voices}) == 12
+    later = phases(jobs, 12, ("texts",), warmup=3)["new texts, one voice"]  # ``--warmup 3``: the texts from the 4th
+    assert [job.text for job in later] == [job.text for job in jobs[3:15]]
 
 
 def test_stream_order_counts_only_the_cached_voice_and_runs_both_paths_and_orders(
@@ -187,6 +189,7 @@ def test_host_memory_bench_runs_only_the_phases_asked_with_pooled_llm_threads_an
     model_dir.mkdir()
     (model_dir / "cosyvoice2.yaml").write_text("# a test double stands in for upstream\n")
     options = ["--backend", "tests.fixture_cosyvoice_upstream:create", "--device", "cpu", "--phase", "2"]
+    options += ["--warmup", "2"]  # the bench's ten warm-up requests judge memory; here only the phases' lines are read
     args = ["--model-dir", str(model_dir), *options, "--llm-threads", "pooled", "--phases", "texts,prompts"]
     assert main([*args, "--no-scores"]) == 0
     out = capsys.readouterr().out

@@ -3,8 +3,9 @@
     python -m tools.cosyvoice_host_memory --model-dir DIR [--code DIR] [--phase 30] [--no-scores]
 
 The engine in this process (``EngineCore`` behind ``InprocClient``, the path every front end takes), zero-shot
-requests after a warm-up of ten, in three phases: the same request again and again (a leak per call), new texts
-in one voice (caches per text length), new prompts (state per voice); ``--phases`` picks some. Each phase prints
+requests after a warm-up of ten (``--warmup``), in three phases: the same request again and again (a leak per
+call), new texts in one voice (caches per text length), new prompts (state per voice); ``--phases`` picks some. Each
+phase prints
 its RSS growth per call, what tracemalloc saw Python allocate (the rest is native), the mappings whose RSS grew most
 (``tools.memory_map``: heap, anonymous, each library), glibc's bytes in use, the thread count, and the largest
 Python growth by traceback.
@@ -32,10 +33,10 @@ MIB = 2**20
 PHASES = {"same": "same request", "texts": "new texts, one voice", "prompts": "new prompts"}
 
 
-def phases(jobs: list[Any], size: int, keys: tuple[str, ...] = tuple(PHASES)) -> dict[str, list[Any]]:
-    """The phases named by ``keys`` over the workload after its first ten (the warm-up): one request, one voice,
+def phases(jobs: list[Any], size: int, keys: tuple[str, ...] = tuple(PHASES), warmup: int = 10) -> dict[str, list[Any]]:
+    """The phases named by ``keys`` over the workload after its first ``warmup`` jobs: one request, one voice,
     new voices."""
-    base, rest = jobs[0], jobs[10:]
+    base, rest = jobs[0], jobs[warmup:]
     one_voice = [replace(job, prompt=base.prompt, transcript=base.transcript) for job in rest]
     every = {
         "same": [base] * size,
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-scores", action="store_true", help="no similarity or pitch of the outputs")
     parser.add_argument("--llm-threads", choices=("new", "pooled"), default="new", help="per request, or reused")
     parser.add_argument("--phases", default=",".join(PHASES), help="which of " + ", ".join(PHASES))
+    parser.add_argument("--warmup", type=int, default=10, help="requests before the phases (at least 1)")
     args = parser.parse_args(argv)
     keys = tuple(key.strip() for key in args.phases.split(",") if key.strip())
     if unknown := [key for key in keys if key not in PHASES]:
@@ -98,16 +100,17 @@ def main(argv: list[str] | None = None) -> int:
         core.backend.runtime.llm_threads = PooledThreads(16)  # type: ignore[attr-defined]
     client = InprocClient(settings, core)
     service = GenerationService(client, None, settings)
-    jobs = workload(3 * args.phase + 10, 200, Path(tempfile.mkdtemp()))
+    warmup = max(1, args.warmup)
+    jobs = workload(3 * args.phase + warmup, 200, Path(tempfile.mkdtemp()))
 
     def generate(job: Any) -> None:
         service.generate(_request(job, stream=False))
 
-    for job in jobs[:10]:
+    for job in jobs[:warmup]:
         generate(job)
     tracemalloc.start(8)
     try:
-        for name, items in phases(jobs, args.phase, keys).items():
+        for name, items in phases(jobs, args.phase, keys, warmup).items():
             _phase(name, items, generate)
     finally:
         tracemalloc.stop()  # it slows every allocation after it: a caller in the same process must not pay for it
