@@ -5,10 +5,9 @@
 The engine in this process (``EngineCore`` behind ``InprocClient``, the path every front end takes), zero-shot
 requests after a warm-up of ten (``--warmup``), in three phases: the same request again and again (a leak per
 call), new texts in one voice (caches per text length), new prompts (state per voice); ``--phases`` picks some. Each
-phase prints
-its RSS growth per call, what tracemalloc saw Python allocate (the rest is native), the mappings whose RSS grew most
-(``tools.memory_map``: heap, anonymous, each library), glibc's bytes in use, the thread count, and the largest
-Python growth by traceback.
+phase prints its RSS growth per call, what tracemalloc saw Python allocate (the rest is native), the mappings whose
+RSS grew most (``tools.memory_map``: heap, anonymous, each library), glibc's bytes in use, the thread count, and
+the largest Python growth by traceback.
 ``--no-scores`` skips the similarity score and pitch of each output (upstream's process does neither): an A/B.
 ``--llm-threads pooled`` runs each request's ``llm_job`` on reused threads instead of a new thread per request
 (``speech_loop.PooledThreads``): the next A/B, since neither the scores nor the flow graphs were the cause on the
