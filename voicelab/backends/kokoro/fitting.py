@@ -135,15 +135,6 @@ class StyleFitter:
             audio = self.model(tokens, style[None]).audio
             return audio, ge2e_embedding(self.encoder, to_16k(audio, self.kernel))
 
-    def embedding(self, tokens: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
-        """GE2E embedding of the voice saying ``tokens`` (durations its own)."""
-        return self.spoken(tokens, style)[1]
-
-    def similarity(self, tokens: torch.Tensor, style: torch.Tensor, target: torch.Tensor) -> float:
-        """GE2E cosine of the voice saying ``tokens`` to the prompt."""
-        with torch.inference_mode():
-            return float(self.embedding(tokens, style) @ target)
-
     def pack_scores(
         self, starts: dict[str, torch.Tensor], held_tokens: torch.Tensor, target: torch.Tensor
     ) -> dict[str, float]:
