@@ -54,6 +54,11 @@ def marks_ms(marks: list[tuple[str, float]], start: float) -> tuple[list[float],
     return tokens, first
 
 
+def span(first: dict[str, float], stage: str) -> tuple[float, float]:
+    """A stage's first span from ``marks_ms``'s first occurrences ("flow" or "vocoder"; 0 where it did not run)."""
+    return first.get(f"{stage}+", 0.0), first.get(f"{stage}-", 0.0)
+
+
 def timeline(marks: list[tuple[str, float]], start: float, first_audio: float) -> Timeline:
     """``marks``: ("token", t), ("flow+", t), ("flow-", t), ("vocoder+", t), ("vocoder-", t) in seconds."""
     tokens, first = marks_ms(marks, start)
@@ -64,8 +69,8 @@ def timeline(marks: list[tuple[str, float]], start: float, first_audio: float) -
         first_token_ms=tokens[0] if tokens else -1.0,
         tokens_by_flow=sum(1 for t in tokens if t <= flow_start),
         token_gap_ms=statistics.median(gaps),
-        flow_ms=(first.get("flow+", 0.0), first.get("flow-", 0.0)),
-        vocoder_ms=(first.get("vocoder+", 0.0), first.get("vocoder-", 0.0)),
+        flow_ms=span(first, "flow"),
+        vocoder_ms=span(first, "vocoder"),
         first_audio_ms=audio_ms,
     )
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.cosyvoice_first_audio import instrument, marks_ms
+from tools.cosyvoice_first_audio import instrument, marks_ms, span
 from voicelab.bench.cosyvoice_anchor import anchor_texts, anchor_voice
 from voicelab.bench.soak import DEFAULT_PROMPTS
 
@@ -67,8 +67,8 @@ def stages(marks: list[tuple[str, float]], start: float, features_end: float, en
         tokens=len(tokens),
         first_token_ms=tokens[0] if tokens else -1.0,
         last_token_ms=tokens[-1] if tokens else -1.0,
-        flow_ms=(first.get("flow+", 0.0), first.get("flow-", 0.0)),
-        vocoder_ms=(first.get("vocoder+", 0.0), first.get("vocoder-", 0.0)),
+        flow_ms=span(first, "flow"),
+        vocoder_ms=span(first, "vocoder"),
         total_ms=1000 * (end - start),
         audio_s=audio_s,
     )
