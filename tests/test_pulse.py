@@ -9,6 +9,7 @@ unvoiced ones are noise, drawn differently, and the pulses' phase after them wit
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -106,3 +107,17 @@ def test_auto_is_pulse_on_a_gpu_and_world_on_the_cpu() -> None:
     assert resolve_renderer("world", "cuda") == "world" and resolve_renderer("pulse", "cpu") == "pulse"
     with pytest.raises(BackendLoadError, match=r"Unknown voice renderer 'wrld'; use auto, torch, .* or pulse[.]$"):
         resolve_renderer("wrld", "cpu")
+
+
+def test_a_seed_moves_only_the_noise_and_zero_is_what_requests_get(clip: tuple[np.ndarray, int, Any]) -> None:
+    """``apply_transform(..., seed=)`` (``eval clone --seed``): 0 is the engine's rendering; another seed draws other
+    noise in the unvoiced and aperiodic parts, a small share of the take, and moves nothing else."""
+    from voicelab.voice.dsp import VoiceTransform, apply_transform
+
+    audio, sr, _ = clip
+    higher = VoiceTransform(pitch_semitones=2.0)
+    default = apply_transform(audio, sr, higher, renderer="pulse")
+    assert np.array_equal(apply_transform(audio, sr, higher, renderer="pulse", seed=0), default)
+    other = apply_transform(audio, sr, higher, renderer="pulse", seed=5)
+    difference = float(np.sqrt(np.mean((other - default) ** 2)) / np.sqrt(np.mean(default**2)))
+    assert 0.0 < difference < 0.5, difference

@@ -109,8 +109,10 @@ def evaluate(
     *,
     renderer: str = "torch",
     on_transcript: bool = False,
+    seed: int = 0,
 ) -> EvalReport:
-    """Clone every ``*.wav`` in ``prompts_dir`` onto each language's voice (``synthesize``) and measure."""
+    """Clone every ``*.wav`` in ``prompts_dir`` onto each language's voice (``synthesize``) and measure; each take
+    rendered with the renderer's noise drawn from ``seed`` (the engine's is 0)."""
     matcher = VoiceMatcher(judges.encoder, renderer=renderer)
     rows: list[PromptEval] = []
     skipped: list[tuple[str, str]] = []
@@ -123,7 +125,7 @@ def evaluate(
                 prompt = load_prompt(path, _transcript(path))
                 own = _transcript_calibration(language, prompt, synthesize) if on_transcript else None
                 sentences = (own or calibration, held_out)
-                rows.append(_evaluate_prompt(path.stem, language, prompt, bases, sentences, matcher, judges))
+                rows.append(_evaluate_prompt(path.stem, language, prompt, bases, sentences, matcher, judges, seed))
             except InvalidPromptError as err:
                 skipped.append((path.stem, str(err)))
     return EvalReport(tuple(rows), tuple(skipped))
@@ -159,6 +161,7 @@ def _evaluate_prompt(
     sentences: tuple[tuple[np.ndarray, int], tuple[np.ndarray, int]],
     matcher: VoiceMatcher,
     judges: Judges,
+    seed: int = 0,
 ) -> PromptEval:
     device = matcher.encoder.device
     profile = build_profile(prompt, matcher.encoder, device)
@@ -171,7 +174,7 @@ def _evaluate_prompt(
     plain_s, voice_s, duration = 0.0, 0.0, 0.0
     for base in bases:
         started = time.perf_counter()  # what the engine adds to a cached-profile request: transform + scores
-        matched = apply_transform(base.audio, base.sample_rate, match.transform, device, matcher.renderer)
+        matched = apply_transform(base.audio, base.sample_rate, match.transform, device, matcher.renderer, seed=seed)
         ge2e, ge2e_base = matcher.similarities([matched, base.audio], base.sample_rate, profile)
         ecapa, ecapa_base = judges.ecapa.similarities(
             [matched, base.audio], base.sample_rate, [judge_reference, judge_reference]
@@ -262,6 +265,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--runtime", choices=sorted(SYNTHESIZERS), default="torch", help="which runtime speaks the built-in voice"
     )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="noise seed of each take's rendering (the engine renders with 0); another seed shows how much of a "
+        "renderer's figures is its noise's draw",
+    )
     return parser
 
 
@@ -308,7 +318,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     DnsmosJudge(threads=threads))  # fmt: skip
     for renderer in RENDERERS if args.renderer == "all" else (args.renderer,):
         report = evaluate(
-            args.prompts, texts, synthesize, judges, renderer=renderer, on_transcript=args.calibrate_on_transcript
+            args.prompts,
+            texts,
+            synthesize,
+            judges,
+            renderer=renderer,
+            on_transcript=args.calibrate_on_transcript,
+            seed=args.seed,
         )
         print(f"renderer: {renderer} (device {args.device})")
         print(format_report(report))

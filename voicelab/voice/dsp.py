@@ -215,15 +215,16 @@ def apply_transforms(
     device: str | torch.device = "cpu",
     renderer: str = "torch",
     analyser: pulse.Analyser = pulse.analyse,
+    seed: int = 0,
 ) -> list[np.ndarray]:
     """Each piece with its transform, as one padded batch on ``device``; float32 arrays of the same lengths
-    (``analyser``: how ``pulse`` analyses the batch)."""
+    (``analyser``: how ``pulse`` analyses the batch; ``seed``: the renderer's noise)."""
     lengths = [len(p) for p in pieces]
     if not pieces or max(lengths) == 0:
         return [np.zeros(n, dtype=np.float32) for n in lengths]
     lengths_t = torch.tensor(lengths, device=device)
     x = padded_rows(pieces).to(device)
-    out = transform_batch(x, lengths_t, sr, transforms, renderer=renderer, analyser=analyser).cpu().numpy()
+    out = transform_batch(x, lengths_t, sr, transforms, seed, renderer=renderer, analyser=analyser).cpu().numpy()
     return [np.ascontiguousarray(out[row, :n]) for row, n in enumerate(lengths)]
 
 
@@ -234,6 +235,7 @@ def apply_transform(
     device: str | torch.device = "cpu",
     renderer: str = "torch",
     analyser: pulse.Analyser = pulse.analyse,
+    seed: int = 0,
 ) -> np.ndarray:
     """The transformed audio, float32 within [-1, 1] (one row of ``apply_transforms``)."""
-    return apply_transforms([np.asarray(audio, dtype=np.float32)], sr, [t], device, renderer, analyser)[0]
+    return apply_transforms([np.asarray(audio, dtype=np.float32)], sr, [t], device, renderer, analyser, seed)[0]
