@@ -9,7 +9,6 @@ unvoiced ones are noise, drawn differently, and the pulses' phase after them wit
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -109,7 +108,9 @@ def test_auto_is_pulse_on_a_gpu_and_world_on_the_cpu() -> None:
         resolve_renderer("wrld", "cpu")
 
 
-def test_a_seed_moves_only_the_noise_and_zero_is_what_requests_get(clip: tuple[np.ndarray, int, Any]) -> None:
+def test_a_seed_moves_only_the_noise_and_zero_is_what_requests_get(
+    clip: tuple[np.ndarray, int, pulse.PulseFeatures],
+) -> None:
     """``apply_transform(..., seed=)`` (``eval clone --seed``): 0 is the engine's rendering; another seed draws other
     noise in the unvoiced and aperiodic parts, a small share of the take, and moves nothing else."""
     from voicelab.voice.dsp import VoiceTransform, apply_transform
