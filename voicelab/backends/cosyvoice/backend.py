@@ -199,19 +199,18 @@ class CosyVoiceBackend:
         return concurrent_events(requests, synthesize, thread_context, self.request_threads)
 
     def graph_buckets(self) -> tuple[GraphBucket, ...]:
-        """The LLM's decode-step graphs and the flow estimator's graph buckets so far, each with the memory its
+        """The LLM's decode-step graphs and the flow's and vocoder's graph shapes so far, each with the memory its
         capture added (the panel lists them; none off CUDA)."""
         if self.runtime is None:
             return ()
         runner = getattr(self.runtime.decoder, "runner", None)
         steps = tuple(runner.reports) if runner is not None else ()
-        graphs = self.runtime.flow_graphs
-        return steps + (tuple(graphs.reports) if graphs is not None else ())
+        return steps + tuple(report for graphs in self.runtime.graph_sets() for report in graphs.reports)
 
     def release_graphs(self) -> int:
-        """Clean cache: drop the flow estimator's graphs (captured again when no request runs)."""
-        graphs = self.runtime.flow_graphs if self.runtime is not None else None
-        return graphs.release() if graphs is not None else 0
+        """Clean cache: drop the flow's and the vocoder's graphs (captured again when no request runs)."""
+        graphs = self.runtime.graph_sets() if self.runtime is not None else ()
+        return sum(g.release() for g in graphs)
 
     def _speaker(self, runtime: UpstreamRuntime, key: str, samples: np.ndarray, sample_rate: int) -> SpeakerEntry:
         """The prompt's features, from the LRU or made once (requests side by side with one new prompt share it)."""
@@ -238,14 +237,14 @@ def _joined(pieces: Iterator[np.ndarray]) -> np.ndarray:
 def create(settings: Settings) -> CosyVoiceBackend:
     """The registry's factory: ``--cosyvoice-dir`` (or ``--model-dir``) and ``--cosyvoice-code``."""
     try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,wave_slots=N; flow_graphs, flow_tf32,
-        # decode_stream and first_audio_first: on|off
+        # vocoder_graphs, decode_stream and first_audio_first: on|off
         wave_slots = _count(settings, "wave_slots", DEFAULT_WAVE_SLOTS)
         decode = DecodeChoice.parse(
             settings.backend_option("fast_decode", "auto"), settings.backend_option("decode_slots", "1")
         )
         decode = replace(decode, own_stream=_on_off(settings, "decode_stream", default="off"))
-        flow_graphs, flow_tf32, first_audio_first = (
-            _on_off(settings, name) for name in ("flow_graphs", "flow_tf32", "first_audio_first")
+        flow_graphs, flow_tf32, vocoder_graphs, first_audio_first = (
+            _on_off(settings, name) for name in ("flow_graphs", "flow_tf32", "vocoder_graphs", "first_audio_first")
         )
     except ValueError as exc:
         raise BackendLoadError(f"CosyVoice backend option: {exc}.") from exc
@@ -261,6 +260,7 @@ def create(settings: Settings) -> CosyVoiceBackend:
         flow_tf32=flow_tf32,
         first_audio_first=first_audio_first,
         wave_slots=wave_slots,
+        vocoder_graphs=vocoder_graphs,
     )
     return CosyVoiceBackend(config, load)
 

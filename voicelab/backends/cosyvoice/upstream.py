@@ -26,9 +26,11 @@ from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, prepare_llm
 from voicelab.backends.cosyvoice.features import SpeakerEntry, UpstreamFeaturizer
 from voicelab.backends.cosyvoice.first_audio import FirstAudioFirst
 from voicelab.backends.cosyvoice.flow_graphs import GraphedEstimator, install_flow_graphs
+from voicelab.backends.cosyvoice.hift_stft import make_sync_free
 from voicelab.backends.cosyvoice.modes import Mode, ModePlan
 from voicelab.backends.cosyvoice.request_watch import LlmWatch, QuietGate, RequestWatches, install_guards
 from voicelab.backends.cosyvoice.speech_loop import Hops, ThreadStarter, new_thread, speak
+from voicelab.backends.cosyvoice.vocoder_graphs import GraphedVocoder, install_vocoder_graphs
 from voicelab.errors import BackendLoadError, VoiceLabError
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class UpstreamRuntime:
         self.gate = QuietGate()  # flow graphs are captured again only when no request runs
         self.decoder: Any = None  # our fast decode path (``decode_setup.prepare_llm``), closed with the runtime
         self.flow_graphs: GraphedEstimator | None = None  # the flow estimator's CUDA graphs (``flow_graphs.py``)
+        self.vocoder_graphs: GraphedVocoder | None = None  # the streamed chunks' vocoder graphs (``vocoder_graphs``)
         self.hops = Hops.of(model)  # read before anything runs: upstream's own tts grows the hop on the instance
         self.llm_threads: ThreadStarter = new_thread  # how each request's llm_job runs (``speech_loop``)
         self.first_audio = FirstAudioFirst()  # streamed requests' first chunks before others' later ones
@@ -155,15 +158,23 @@ class UpstreamRuntime:
             raise
 
     def _recapture_released_graphs(self) -> None:
-        """Run by ``gate`` when no request is running: the flow graphs Clean cache or the OOM retry dropped."""
+        """Run by ``gate`` when no request is running: the flow's and the vocoder's graphs Clean cache or the OOM
+        retry dropped."""
         if self.flow_graphs is not None and self.flow_graphs.released:
             kept = self.flow_graphs.capture_all()
             log.info("flow estimator graphs captured again: %d kept", kept)
+        if self.vocoder_graphs is not None and self.vocoder_graphs.released:
+            kept = self.vocoder_graphs.capture_all()
+            log.info("vocoder graphs captured again: %d kept", kept)
+
+    def graph_sets(self) -> tuple[GraphedEstimator | GraphedVocoder, ...]:
+        """The flow's and the vocoder's graphs, where installed (the panel lists them; Clean cache drops them)."""
+        return tuple(g for g in (self.flow_graphs, self.vocoder_graphs) if g is not None)
 
     def close(self) -> None:
         if self.decoder is not None:
             self.decoder.close()
-        self.decoder = self.flow_graphs = None
+        self.decoder = self.flow_graphs = self.vocoder_graphs = None
         self.frontend = self.model = self.featurizer = None
         gc.collect()
 
@@ -211,13 +222,15 @@ def load_runtime(
     flow_tf32: bool = True,
     first_audio_first: bool = True,
     wave_slots: int = 0,
+    vocoder_graphs: bool = True,
 ) -> UpstreamRuntime:
     """Upstream's classes from the optional install (or ``code_dir``), built as its CosyVoice2/3 would build them,
     except: no download path, the Qwen body cast to an explicit dtype before the weights are read (transformers 5
     loads it in its config's dtype otherwise), our featurizer instead of file-reading prompt code, and the LLM's
     token loop on our fast decode path (``decode_setup.prepare_llm``: by default on CUDA) and, on CUDA, the flow's
     estimator behind bucketed CUDA graphs (``flow_graphs.py``: each bucket kept only where faster and equal; their
-    matmuls in TF32 where ``flow_tf32``)."""
+    matmuls in TF32 where ``flow_tf32``), and with ``vocoder_graphs`` the vocoder's transforms without host syncs
+    (``hift_stft``) and CosyVoice2's streamed chunks through it from CUDA graphs (``vocoder_graphs``)."""
     block_downloads()
     _add_code_dir(code_dir)
     version = model_version(model_dir)
@@ -248,11 +261,21 @@ def load_runtime(
     runtime = UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
     runtime.decoder = decoder
     runtime.first_audio = FirstAudioFirst(first_audio_first, slots=wave_slots)
-    runtime.flow_graphs = install_flow_graphs(model.flow, flow_tf32) if flow_graphs else None
-    _log_device_memory("flow graphs")
+    _install_graphs(runtime, flow_graphs, flow_tf32, vocoder_graphs)
     if isinstance(decoder, DecodeBatcher):
         decoder.seed_source = runtime.watches.current_seed  # each request samples from its own seed
     return runtime
+
+
+def _install_graphs(runtime: UpstreamRuntime, flow: bool, flow_tf32: bool, vocoder: bool) -> None:
+    """The flow estimator's graphs, and on CUDA the vocoder's sync-free transforms and streamed-chunk graphs."""
+    model = runtime.model
+    runtime.flow_graphs = install_flow_graphs(model.flow, flow_tf32) if flow else None
+    _log_device_memory("flow graphs")
+    if vocoder and torch.device(model.device).type == "cuda":
+        make_sync_free(model.hift)
+        runtime.vocoder_graphs = install_vocoder_graphs(model, runtime.hops)
+        _log_device_memory("vocoder graphs")
 
 
 def _frontend(frontend_class: Any, configs: dict[str, Any], model_dir: Path, version: int, device: str) -> Any:

@@ -1,0 +1,134 @@
+"""CosyVoice2's vocoder as the graphs run it, against upstream's own ``HiFTGenerator.inference`` on the CPU.
+
+``vocoder_graphs.vocode`` is what each CUDA graph captures: upstream's inference with its random draws made outside
+(``draw``) and the sync-free transforms (``hift_stft``). From the same seed it must give upstream's audio and source;
+``streamed_shapes`` must list every vocoder input of a streamed request but its last chunk, as upstream's own
+``token2wav`` makes them. Needs the optional CosyVoice install and an upstream checkout (``fixture_cosyvoice_llm``):
+every test here skips in CI and the default .venv (the GPU tests are in test_cosyvoice_vocoder_gpu.py).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.fixture_cosyvoice_llm import require_upstream
+
+torch = pytest.importorskip("torch")
+DATA = Path(__file__).parent / "data"
+TEXT = "The old lighthouse keeper climbed the spiral stairs every evening at dusk, and he sang."
+
+
+def cosyvoice2_hift(seed: int = 0) -> Any:
+    """Upstream's HiFT as CosyVoice2's hyperparameter file builds it (full size), random weights, eval mode."""
+    require_upstream()
+    from hyperpyyaml import load_hyperpyyaml
+
+    from voicelab.backends.cosyvoice.random_yaml import COMMON, HIFT
+
+    text = COMMON + HIFT.format(hift_class="HiFTGenerator", hift_extra="", f0_class="ConvRNNF0Predictor")
+    torch.manual_seed(seed)
+    return load_hyperpyyaml(io.StringIO(text))["hift"].eval()
+
+
+@pytest.mark.parametrize(("frames", "cached"), [(50, 0), (96, 0), (108, 3840)])
+def test_the_graphed_vocoder_call_gives_upstreams_audio_from_the_same_seed(frames: int, cached: int) -> None:
+    from voicelab.backends.cosyvoice.hift_stft import make_sync_free
+    from voicelab.backends.cosyvoice.vocoder_graphs import draw, vocode
+
+    hift = cosyvoice2_hift()
+    gen = torch.Generator().manual_seed(frames)
+    feat = torch.randn(1, 80, frames, generator=gen)
+    cache = 0.1 * torch.randn(1, 1, cached, generator=gen)
+    torch.manual_seed(11)
+    expected_speech, expected_source = hift.inference(speech_feat=feat, cache_source=cache)
+    make_sync_free(hift)
+    torch.manual_seed(11)
+    with torch.inference_mode():
+        draws = draw(hift, frames, torch.device("cpu"))
+        speech, source = vocode(hift, feat, cache, draws.phase, draws.sine_noise)
+    assert torch.equal(source, expected_source)  # the draws are upstream's, number for number
+    assert speech.shape == expected_speech.shape == (1, frames * 480)
+    assert float((speech - expected_speech).abs().max()) <= 1e-5 * float(expected_speech.abs().max())
+    assert float(expected_speech.std()) > 1e-3  # audio, not silence
+
+
+def test_the_next_seed_gives_other_noise_so_the_draws_are_not_fixed() -> None:
+    from voicelab.backends.cosyvoice.vocoder_graphs import draw
+
+    hift = cosyvoice2_hift()
+    torch.manual_seed(1)
+    first = draw(hift, 50, torch.device("cpu"))
+    second = draw(hift, 50, torch.device("cpu"))
+    assert first.phase[0, 0] == 0 and not torch.equal(first.phase, second.phase)
+    assert first.sine_noise.shape == (1, 50 * 480, 9) and not torch.equal(first.sine_noise, second.sine_noise)
+
+
+def test_off_cuda_nothing_is_installed_and_the_stand_in_is_upstreams_call() -> None:
+    from voicelab.backends.cosyvoice.speech_loop import Hops
+    from voicelab.backends.cosyvoice.vocoder_graphs import GraphedVocoder, install_vocoder_graphs
+
+    hift = cosyvoice2_hift()
+    model = type("Model", (), {"hift": hift})()
+    assert install_vocoder_graphs(model, Hops(25, 100, 2, 3)) is None
+    graphed = GraphedVocoder(hift, [(50, 0)])
+    feat = torch.randn(1, 80, 50)
+    torch.manual_seed(3)
+    expected, _ = hift.inference(speech_feat=feat)
+    torch.manual_seed(3)
+    got, _ = graphed.inference(feat)
+    assert torch.equal(got, expected) and graphed.release() == 0 and graphed.reports == []
+
+
+def test_streamed_shapes_are_every_chunk_but_the_last_of_a_real_streamed_request(tmp_path: Path) -> None:
+    """The tiny random CosyVoice2 through upstream's ``token2wav`` (our speech loop), streamed, its LLM replaced by
+    330 fixed tokens (a random LLM's length is its own): the vocoder's inputs are the listed shapes, the last chunk's
+    aside; and the list has one first-chunk shape per prompt pad, then the later hops'."""
+    from voicelab.backends.cosyvoice.random_model import write_model
+    from voicelab.backends.cosyvoice.upstream import load_runtime
+    from voicelab.backends.cosyvoice.vocoder_graphs import streamed_shapes
+
+    code = str(require_upstream())
+    runtime = load_runtime(write_model(tmp_path / "cv2", 2, tiny=True), code, "cpu", "float32", None)
+    model = runtime.model
+    listed = streamed_shapes(runtime.hops, model.flow.token_mel_ratio, model.mel_cache_len, model.source_cache_len)
+    assert len(listed) == len(set(listed)) == runtime.hops.first + 2  # 25 pads, then hops of 50 and 100 tokens
+    seen: list[tuple[int, int]] = []
+    upstream = model.hift.inference
+
+    def spy(speech_feat: Any, cache_source: Any = None) -> Any:
+        cache_source = torch.zeros(1, 1, 0) if cache_source is None else cache_source
+        seen.append((int(speech_feat.shape[2]), int(cache_source.shape[2])))
+        return upstream(speech_feat=speech_feat, cache_source=cache_source)
+
+    model.hift.inference = spy
+    chunks = streamed_request(runtime, 330)
+    assert len(chunks) == len(seen) >= 4
+    assert all(shape in listed for shape in seen[:-1]), seen
+    assert seen[0][1] == 0 and all(cached == model.source_cache_len for _, cached in seen[1:])
+
+
+def streamed_request(runtime: Any, tokens: int) -> list[np.ndarray]:
+    """One streamed zero-shot request (the slt prompt) whose LLM is replaced by ``tokens`` fixed speech tokens (a
+    random LLM's length is its own), through upstream's ``token2wav`` and our speech loop."""
+    import soundfile as sf
+
+    from voicelab.backends.cosyvoice.modes import Mode, ModePlan
+    from voicelab.voice.analysis import resample
+
+    model = runtime.model
+    fixed = torch.randint(0, 6561, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+
+    def llm_job(text: Any, prompt_text: Any, prompt_speech: Any, embedding: Any, key: str) -> None:
+        model.tts_speech_token_dict[key].extend(fixed)
+        model.llm_end_dict[key] = True
+
+    model.llm_job = llm_job
+    audio, rate = sf.read(DATA / "arctic_slt_en_female.wav", dtype="float32")
+    entry = runtime.speaker(resample(np.asarray(audio), rate, 16000))
+    plan = ModePlan(Mode.ZERO_SHOT, (DATA / "arctic_slt_en_female.txt").read_text().strip())
+    return list(runtime.run(runtime.inputs(plan, TEXT, entry), stream=True, speed=1.0, seed=1))

@@ -1,0 +1,241 @@
+"""CosyVoice2's HiFT vocoder replayed from CUDA graphs for the streamed chunks, whose shapes recur.
+
+A streamed request's chunks reach the vocoder in few shapes: the first chunk's mel is ``(hop + pad) * ratio`` frames
+(the pad fills the prompt's last hop, so one of ``hop`` lengths per prompt), every later chunk but the last is its
+hop's frames plus the vocoder's mel cache, the hop growing to its maximum. ``streamed_shapes`` lists them from the
+loaded model's schedule and ``GraphedVocoder`` captures each at load. Eager, a chunk's vocoder is hundreds of small
+kernels and two host syncs (the harmonic numbers copied from the host, ``torch.istft``'s envelope check); on the H200
+a cached voice's first chunk spent ~35 ms there (docs/benchmarks.md), most of a streamed reply's first audio after
+the flow.
+
+What a graph cannot hold is taken out of it. The random draws (each harmonic's initial phase, the excitation's
+noise, and the noise branch upstream draws and never uses) are made eagerly before each replay, on the default
+generator, in upstream's order and shapes, so a replay gives the audio upstream's ``inference`` gives after the same
+seed. The STFT and its inverse are ``hift_stft``'s (no sync, no cuFFT). Every other shape (whole requests, last
+chunks) and CosyVoice3's causal vocoder, whose mel grows with every chunk, run upstream's ``inference`` eagerly,
+with those transforms. Each graph is compared at capture with upstream's eager call from the same generator state
+and kept only where equal and faster. One lock and one event order the replays across streams (a first chunk runs on
+``first_lane``'s); all graphs share one memory pool."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from voicelab.backends.base import GraphBucket
+from voicelab.backends.cosyvoice.flow_graphs import matmul_tf32
+from voicelab.backends.cosyvoice.speech_loop import Hops
+from voicelab.backends.cuda_graphs import device_ms, restore_generator_after_failed_capture
+
+log = logging.getLogger(__name__)
+
+STAGE = "vocoder (HiFT), streamed chunk"
+# Largest difference from upstream's eager call at capture, relative to the audio's scale: the transforms differ
+# from cuFFT's by float32 rounding and cuDNN may pick other convolution algorithms in a capture.
+TOLERANCE = 5e-3
+Shape = tuple[int, int]  # (mel frames, cached source samples)
+
+
+@dataclass(frozen=True)
+class Draws:
+    """A vocoder call's random numbers, drawn as upstream's ``SineGen2`` and ``SourceModuleHnNSF`` draw them."""
+
+    phase: torch.Tensor  # (1, harmonics): each harmonic's initial phase in cycles, the fundamental's 0
+    sine_noise: torch.Tensor  # (1, samples, harmonics)
+    unused_noise: torch.Tensor  # (1, samples, 1): upstream's noise branch, drawn and discarded
+
+
+def draw(hift: Any, frames: int, device: torch.device) -> Draws:
+    harmonics = int(hift.m_source.l_sin_gen.harmonic_num) + 1
+    samples = frames * int(hift.f0_upsamp.scale_factor)
+    phase = torch.rand(1, harmonics, device=device)
+    phase[:, 0] = 0
+    # Upstream draws its noise ``randn_like`` its sines, which are laid out harmonic by harmonic (a transposed
+    # interpolation); a draw fills memory in order, so the same layout gives the same numbers in the same places.
+    laid_out = torch.empty(1, harmonics, samples, device=device).transpose(1, 2)
+    sine_noise = torch.randn_like(laid_out)
+    return Draws(phase, sine_noise, torch.randn(1, samples, 1, device=device))
+
+
+def vocode(hift: Any, feat: torch.Tensor, cache: torch.Tensor, phase: torch.Tensor,
+           sine_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Upstream's ``HiFTGenerator.inference`` with its draws given: the mel's F0, a sine per harmonic with its noise
+    (``SineGen2``), merged by the source module's linear layer, the cached source over its start, then ``decode``."""
+    gen = hift.m_source.l_sin_gen
+    f0 = hift.f0_upsamp(hift.f0_predictor(feat)[:, None]).transpose(1, 2)  # (1, samples, 1)
+    numbers = torch.arange(1, int(gen.harmonic_num) + 2, dtype=f0.dtype, device=f0.device).reshape(1, 1, -1)
+    cycles = (f0 * numbers / gen.sampling_rate) % 1
+    cycles[:, 0, :] = cycles[:, 0, :] + phase
+    cycles = F.interpolate(cycles.transpose(1, 2), scale_factor=1 / gen.upsample_scale, mode="linear").transpose(1, 2)
+    angle = torch.cumsum(cycles, dim=1) * 2 * math.pi
+    angle = F.interpolate(angle.transpose(1, 2) * gen.upsample_scale, scale_factor=gen.upsample_scale, mode="linear")
+    sines = torch.sin(angle.transpose(1, 2)) * gen.sine_amp
+    voiced = (f0 > gen.voiced_threshold).type(torch.float32)
+    noise_amp = voiced * gen.noise_std + (1 - voiced) * gen.sine_amp / 3
+    source = hift.m_source.l_tanh(hift.m_source.l_linear(sines * voiced + noise_amp * sine_noise)).transpose(1, 2)
+    if cache.shape[2] != 0:
+        source[:, :, : cache.shape[2]] = cache
+    return hift.decode(x=feat, s=source), source
+
+
+def streamed_shapes(hops: Hops, token_mel_ratio: int, mel_cache: int, source_cache: int) -> list[Shape]:
+    """Every vocoder input of a streamed request but its last chunk: the first chunk for each prompt pad, then each
+    later hop's frames with the mel cache before them (and the cached source) until the hop stops growing."""
+    shapes = [((hops.first + pad) * token_mel_ratio, 0) for pad in range(hops.first)]
+    hop = hops.first
+    while True:
+        hop = min(hops.most, int(hop * hops.scale))
+        shape = (hop * token_mel_ratio + mel_cache, source_cache)
+        if shape in shapes:
+            return shapes
+        shapes.append(shape)
+
+
+@dataclass
+class _Graph:
+    inputs: tuple[torch.Tensor, ...]  # mel, cached source, phase, sine noise
+    outputs: tuple[torch.Tensor, torch.Tensor]  # speech, source
+    graph: torch.cuda.CUDAGraph
+
+
+class GraphedVocoder:
+    """Stands in for a CosyVoice2 HiFT's ``inference``: a captured shape replays, any other runs upstream's call."""
+
+    def __init__(self, hift: Any, shapes: list[Shape]) -> None:
+        self.hift = hift
+        self.upstream: Callable[..., tuple[torch.Tensor, torch.Tensor]] = hift.inference
+        self.shapes = shapes
+        self.device = next(hift.parameters()).device
+        self.channels = int(hift.conv_pre.in_channels)
+        self.captured: dict[Shape, _Graph] = {}
+        self.reports: list[GraphBucket] = []
+        self.lock = threading.Lock()
+        self.replayed: Any = None  # an event after the last replay: the next waits for it, on whichever stream
+        self.pool: Any = None
+        self.released = False  # graphs dropped by ``release``: ``capture_all`` again when no request runs
+
+    def inference(
+        self, speech_feat: torch.Tensor, cache_source: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        cache = cache_source if cache_source is not None else torch.zeros(1, 1, 0)
+        entry = self.captured.get((int(speech_feat.shape[2]), int(cache.shape[2])))
+        if entry is None or not speech_feat.is_cuda or torch.is_autocast_enabled("cuda"):
+            return self.upstream(speech_feat=speech_feat, cache_source=cache)
+        with torch.inference_mode():
+            return self._replay(entry, speech_feat, cache)
+
+    def _replay(self, entry: _Graph, feat: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        draws = draw(self.hift, int(feat.shape[2]), feat.device)
+        with self.lock:
+            stream = torch.cuda.current_stream(feat.device)
+            if self.replayed is not None:
+                stream.wait_event(self.replayed)
+            for static, value in zip(entry.inputs, (feat, cache, draws.phase, draws.sine_noise), strict=True):
+                static.copy_(value, non_blocking=True)
+            entry.graph.replay()
+            speech, source = (out.clone() for out in entry.outputs)
+            self.replayed = self.replayed or torch.cuda.Event()
+            self.replayed.record(stream)
+        return speech, source
+
+    def capture_all(self) -> int:
+        """Capture every streamed shape on synthetic input (at load, or when no request runs); the number kept."""
+        generator = torch.Generator(device=self.device).manual_seed(0)
+        with self.lock, torch.inference_mode(), matmul_tf32(False):
+            self.captured.clear()
+            self.reports.clear()
+            for frames, cached in self.shapes:
+                feat = torch.randn(1, self.channels, frames, device=self.device, generator=generator)
+                cache = 0.1 * torch.randn(1, 1, cached, device=self.device, generator=generator)
+                entry = self._capture(feat, cache)
+                if entry is not None:
+                    self.captured[frames, cached] = entry
+            self.released = False
+        return len(self.captured)
+
+    def release(self) -> int:
+        """Drop every graph (their pool becomes freeable) until the next ``capture_all``."""
+        with self.lock:
+            dropped = len(self.captured)
+            self.captured.clear()
+            self.reports.clear()
+            self.pool, self.replayed = None, None
+            self.released = True
+        return dropped
+
+    def _capture(self, feat: torch.Tensor, cache: torch.Tensor) -> _Graph | None:
+        allocated = torch.cuda.memory_allocated()
+        draws = draw(self.hift, int(feat.shape[2]), self.device)
+        static = (feat, cache, draws.phase, draws.sine_noise)
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                vocode(self.hift, *static)  # warm-up outside the graph
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                outputs = vocode(self.hift, *static)
+            self.pool = graph.pool()
+        except RuntimeError as exc:  # a kernel that cannot be captured: this shape stays eager
+            log.warning("%s graph for %d frames not captured: %s", STAGE, feat.shape[2], exc)
+            restore_generator_after_failed_capture()
+            return None
+        entry = _Graph(static, outputs, graph)
+        equal = self._same_as_upstream(entry, feat, cache)
+        eager_ms = device_ms(lambda: self.upstream(speech_feat=feat, cache_source=cache))
+        graph_ms = device_ms(lambda: self._replay_unlocked(entry, feat, cache))
+        kept = equal and graph_ms < eager_ms
+        added = torch.cuda.memory_allocated() - allocated
+        self.reports.append(GraphBucket(STAGE, 1, int(feat.shape[2]), added, eager_ms, graph_ms, kept))
+        verdict = "kept" if kept else "eager" if equal else "REJECTED: differs from upstream's"
+        log.info("%s graph, %d frames (+%d cached samples): eager %.2f ms, graph %.2f ms, %s", STAGE, feat.shape[2],
+                 cache.shape[2], eager_ms, graph_ms, verdict)  # fmt: skip
+        return entry if kept else None
+
+    def _replay_unlocked(
+        self, entry: _Graph, feat: torch.Tensor, cache: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``_replay`` while ``capture_all`` holds the lock."""
+        draws = draw(self.hift, int(feat.shape[2]), feat.device)
+        for static, value in zip(entry.inputs, (feat, cache, draws.phase, draws.sine_noise), strict=True):
+            static.copy_(value)
+        entry.graph.replay()
+        return entry.outputs[0].clone(), entry.outputs[1].clone()
+
+    def _same_as_upstream(self, entry: _Graph, feat: torch.Tensor, cache: torch.Tensor) -> bool:
+        """A replay against upstream's eager ``inference`` from the same generator state: the same audio and source
+        prove the capture and that the draws are upstream's."""
+        feat, cache = feat.clone(), cache.clone()
+        with torch.random.fork_rng(devices=[self.device]):
+            speech, source = self._replay_unlocked(entry, feat, cache)
+        expected_speech, expected_source = self.upstream(speech_feat=feat, cache_source=cache)
+        return _close(speech, expected_speech) and _close(source, expected_source)
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
+    scale = float(expected.abs().max()) or 1.0
+    return got.shape == expected.shape and float((got - expected).abs().max()) <= TOLERANCE * scale
+
+
+def install_vocoder_graphs(model: Any, hops: Hops) -> GraphedVocoder | None:
+    """CosyVoice2's HiFT behind ``GraphedVocoder`` (CUDA only; None for CosyVoice3's causal vocoder or off CUDA):
+    its ``inference`` replaced on the instance, every streamed shape captured now."""
+    hift: Any = getattr(model, "hift", None)
+    if type(hift).__name__ != "HiFTGenerator" or next(hift.parameters()).device.type != "cuda":
+        return None
+    shapes = streamed_shapes(hops, int(model.flow.token_mel_ratio), int(model.mel_cache_len),
+                             int(model.source_cache_len))  # fmt: skip
+    graphed = GraphedVocoder(hift, shapes)
+    kept = graphed.capture_all()
+    hift.inference = graphed.inference
+    torch.cuda.empty_cache()
+    log.info("vocoder: %d of %d streamed chunk shapes replay from CUDA graphs", kept, len(shapes))
+    return graphed
