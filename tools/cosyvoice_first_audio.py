@@ -1,6 +1,6 @@
 """Where a lone streamed CosyVoice request's first audio goes: per stage, from the runtime's own calls.
 
-    python -m tools.cosyvoice_first_audio --model-dir DIR [--code DIR] [--slots 16] [--runs 8]
+    python -m tools.cosyvoice_first_audio --model-dir DIR [--code DIR] [--slots 16] [--runs 8] [--vocoder-graphs off]
 
 Loads the model as the backend does (``load_runtime``), makes one prompt's features (a cached voice from then on),
 and runs ``--runs`` streamed requests of 200-character texts (their first sentence) one at a time, stopping each at
@@ -134,10 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--slots", type=int, default=16, help="decode slots, as --backend-options decode_slots")
     parser.add_argument("--runs", type=int, default=8)
+    parser.add_argument("--vocoder-graphs", choices=("on", "off"), default="on", help="as --backend-options")
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    runtime = load_runtime(args.model_dir, args.code, args.device, "float32", 500, DecodeChoice("on", args.slots))
+    decode = DecodeChoice("on", args.slots)
+    runtime = load_runtime(
+        args.model_dir, args.code, args.device, "float32", 500, decode, vocoder_graphs=args.vocoder_graphs == "on"
+    )
     samples, _ = sf.read(PROMPT, dtype="float32")
     entry = runtime.speaker(samples)
     plan = plan_mode(runtime.version, PROMPT.with_suffix(".txt").read_text().strip(), "")

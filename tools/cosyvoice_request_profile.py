@@ -1,7 +1,7 @@
 """Where a lone whole CosyVoice request goes in NVIDIA's anchor shape, and how often its token loop waits for the GPU.
 
     python -m tools.cosyvoice_request_profile --model-dir DIR [--code DIR] [--runs 6] [--chars 20] [--slots 16]
-        [--dtype float32]
+        [--dtype float32] [--vocoder-graphs off]
 
 Loads the model as the backend does (``load_runtime``) and runs ``--runs`` whole (unstreamed) requests one at a
 time, each in a voice new to the cache (a cut of a test prompt, as ``bench cosyvoice``'s anchor phase makes them)
@@ -113,10 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=16, help="decode slots, as --backend-options decode_slots")
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--chars", type=int, default=20, help="Mandarin characters a request")
+    parser.add_argument("--vocoder-graphs", choices=("on", "off"), default="on", help="as --backend-options")
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    runtime = load_runtime(args.model_dir, args.code, args.device, args.dtype, 500, DecodeChoice("on", args.slots))
+    decode = DecodeChoice("on", args.slots)
+    runtime = load_runtime(
+        args.model_dir, args.code, args.device, args.dtype, 500, decode, vocoder_graphs=args.vocoder_graphs == "on"
+    )
     marks: list[tuple[str, float]] = []
     instrument(runtime, marks, sync)
     texts = anchor_texts(args.runs + 1, args.chars)
