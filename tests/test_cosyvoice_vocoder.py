@@ -132,3 +132,25 @@ def streamed_request(runtime: Any, tokens: int) -> list[np.ndarray]:
     entry = runtime.speaker(resample(np.asarray(audio), rate, 16000))
     plan = ModePlan(Mode.ZERO_SHOT, (DATA / "arctic_slt_en_female.txt").read_text().strip())
     return list(runtime.run(runtime.inputs(plan, TEXT, entry), stream=True, speed=1.0, seed=1))
+
+
+def test_cosyvoice3s_causal_vocoder_gives_the_same_audio_with_the_sync_free_transforms() -> None:
+    """CosyVoice3's causal HiFT is not graphed (its mel grows with every chunk) but runs with the same transforms:
+    its audio, whole and as a streamed (unfinalised) chunk, equals upstream's own STFTs' within 1e-5."""
+    require_upstream()
+    from hyperpyyaml import load_hyperpyyaml
+
+    from voicelab.backends.cosyvoice.hift_stft import make_sync_free
+    from voicelab.backends.cosyvoice.random_yaml import COMMON, HIFT
+
+    extra = "    conv_pre_look_right: 4\n"
+    text = COMMON + HIFT.format(hift_class="CausalHiFTGenerator", hift_extra=extra, f0_class="CausalConvRNNF0Predictor")
+    torch.manual_seed(0)
+    hift = load_hyperpyyaml(io.StringIO(text))["hift"].eval()
+    feat = torch.randn(1, 80, 90, generator=torch.Generator().manual_seed(4))
+    expected = [hift.inference(speech_feat=feat, finalize=f)[0] for f in (True, False)]
+    make_sync_free(hift)
+    for finalize, reference in zip((True, False), expected, strict=True):
+        got = hift.inference(speech_feat=feat, finalize=finalize)[0]
+        assert got.shape == reference.shape
+        assert float((got - reference).abs().max()) <= 1e-5 * float(reference.abs().max()), finalize
