@@ -44,7 +44,7 @@ def _inputs(frames: int, cached: int) -> tuple[Any, Any]:
 def test_every_streamed_shape_is_captured_equal_to_upstream_and_faster(graphed: Any) -> None:
     assert sorted(graphed.captured) == sorted(SHAPES)
     assert [r.length for r in graphed.reports] == [frames for frames, _ in SHAPES]
-    assert all(r.kept and r.graph_ms < r.eager_ms and r.bytes >= 0 for r in graphed.reports), graphed.reports
+    assert all(r.kept and r.graph_ms < r.eager_ms for r in graphed.reports), graphed.reports
 
 
 @pytest.mark.parametrize("priority", [0, -1], ids=["default stream", "first lane's priority"])
