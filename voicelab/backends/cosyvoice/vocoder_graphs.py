@@ -132,18 +132,14 @@ class GraphedVocoder:
             return self._replay(entry, speech_feat, cache)
 
     def _replay(self, entry: _Graph, feat: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        draws = draw(self.hift, int(feat.shape[2]), feat.device)
         with self.lock:
             stream = torch.cuda.current_stream(feat.device)
             if self.replayed is not None:
                 stream.wait_event(self.replayed)
-            for static, value in zip(entry.inputs, (feat, cache, draws.phase, draws.sine_noise), strict=True):
-                static.copy_(value, non_blocking=True)
-            entry.graph.replay()
-            speech, source = (out.clone() for out in entry.outputs)
+            outputs = self._replay_unlocked(entry, feat, cache)
             self.replayed = self.replayed or torch.cuda.Event()
             self.replayed.record(stream)
-        return speech, source
+        return outputs
 
     def capture_all(self) -> int:
         """Capture every streamed shape on synthetic input (at load, or when no request runs); the number kept."""
@@ -203,7 +199,8 @@ class GraphedVocoder:
     def _replay_unlocked(
         self, entry: _Graph, feat: torch.Tensor, cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``_replay`` while ``capture_all`` holds the lock."""
+        """The draws made, the inputs copied in, the graph replayed, its outputs copied out (the caller holds the
+        lock)."""
         draws = draw(self.hift, int(feat.shape[2]), feat.device)
         for static, value in zip(entry.inputs, (feat, cache, draws.phase, draws.sine_noise), strict=True):
             static.copy_(value)
