@@ -47,7 +47,7 @@ def test_every_streamed_shape_is_captured_equal_to_upstream_and_faster(graphed: 
     assert all(r.kept and r.graph_ms < r.eager_ms for r in graphed.reports), graphed.reports
 
 
-@pytest.mark.parametrize("priority", [0, -1], ids=["default stream", "first lane's priority"])
+@pytest.mark.parametrize("priority", [0, -1], ids=["default stream", "high-priority stream"])
 def test_a_replay_is_upstreams_audio_from_the_same_seed(graphed: Any, priority: int) -> None:
     from voicelab.backends.cosyvoice.vocoder_graphs import TOLERANCE
 

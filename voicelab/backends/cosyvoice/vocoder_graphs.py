@@ -14,8 +14,8 @@ generator, in upstream's order and shapes, so a replay gives the audio upstream'
 seed. The STFT and its inverse are ``hift_stft``'s (no sync, no cuFFT). Every other shape (whole requests, last
 chunks) and CosyVoice3's causal vocoder, whose mel grows with every chunk, run upstream's ``inference`` eagerly,
 with those transforms. Each graph is compared at capture with upstream's eager call from the same generator state
-and kept only where equal and faster. One lock and one event order the replays across streams (a first chunk runs on
-``first_lane``'s); all graphs share one memory pool."""
+and kept only where equal and faster. One lock and one event order the replays across the callers' CUDA streams; all
+graphs share one memory pool."""
 
 from __future__ import annotations
 
