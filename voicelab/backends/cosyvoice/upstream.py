@@ -160,12 +160,10 @@ class UpstreamRuntime:
     def _recapture_released_graphs(self) -> None:
         """Run by ``gate`` when no request is running: the flow's and the vocoder's graphs Clean cache or the OOM
         retry dropped."""
-        if self.flow_graphs is not None and self.flow_graphs.released:
-            kept = self.flow_graphs.capture_all()
-            log.info("flow estimator graphs captured again: %d kept", kept)
-        if self.vocoder_graphs is not None and self.vocoder_graphs.released:
-            kept = self.vocoder_graphs.capture_all()
-            log.info("vocoder graphs captured again: %d kept", kept)
+        for graphs in self.graph_sets():
+            if graphs.released:
+                kept = graphs.capture_all()
+                log.info("%s captured again: %d kept", type(graphs).__name__, kept)
 
     def graph_sets(self) -> tuple[GraphedEstimator | GraphedVocoder, ...]:
         """The flow's and the vocoder's graphs, where installed (the panel lists them; Clean cache drops them)."""
