@@ -1,13 +1,17 @@
-"""What the backends' bucketed CUDA graphs share: the bucket a size pads to, and the device time that decides
-whether a captured graph beats the eager call it replaces (Piper's stages, CosyVoice's flow estimator)."""
+"""What the CUDA graphs share: the bucket a size pads to, the warm-up and capture every graph goes through, and the
+device time that decides whether a captured graph beats the eager call it replaces (Piper's stages, CosyVoice's flow
+estimator and vocoder, the pulse renderer's analysis)."""
 
 from __future__ import annotations
 
 import bisect
 import statistics
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 TIMING_RUNS = 3
 
@@ -29,6 +33,27 @@ def device_ms(fn: Callable[[], object], runs: int = TIMING_RUNS) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def warm_up(fn: Callable[[], object], times: int = 1) -> None:
+    """``fn`` run ``times`` on a side stream, as a capture needs: lazy initialisation, cuBLAS and cuDNN plans and
+    the allocator's first blocks all happen outside the graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(times):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+
+
+def capture(fn: Callable[[], T], pool: Any) -> tuple[torch.cuda.CUDAGraph, T]:
+    """One call of ``fn`` captured into a graph on ``pool``, and that call's outputs (the graph's output buffers).
+    thread_local: other threads (the worker's heartbeat reading allocator stats, requests side by side) keep going
+    while this one captures."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        outputs = fn()
+    return graph, outputs
 
 
 def restore_generator_after_failed_capture() -> None:

@@ -23,7 +23,13 @@ from typing import Any
 import torch
 
 from voicelab.backends.base import GraphBucket
-from voicelab.backends.cuda_graphs import bucket_for, device_ms, restore_generator_after_failed_capture
+from voicelab.backends.cuda_graphs import (
+    bucket_for,
+    capture,
+    device_ms,
+    restore_generator_after_failed_capture,
+    warm_up,
+)
 from voicelab.voice import pulse
 from voicelab.voice.shapes import rounded_up
 
@@ -112,18 +118,11 @@ class AnalysisGraphs:
         def analysis() -> pulse.PulseFeatures:
             return pulse.analyse(static.x, static.lengths, sr, frames)
 
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            analysis()
-        torch.cuda.current_stream().wait_stream(side)
+        warm_up(analysis)
         eager_ms = device_ms(analysis)
         self._pool = self._pool or torch.cuda.graph_pool_handle()
         before = pool_bytes(self._pool)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: the worker's heartbeat thread may read allocator stats while this thread captures.
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            features = analysis()
+        graph, features = capture(analysis, self._pool)
         grown = pool_bytes(self._pool) - before
         self._pool_bytes += grown
         graph_ms = device_ms(graph.replay)

@@ -42,7 +42,13 @@ from typing import Any
 import torch
 
 from voicelab.backends.base import GraphBucket
-from voicelab.backends.cuda_graphs import bucket_for, device_ms, restore_generator_after_failed_capture
+from voicelab.backends.cuda_graphs import (
+    bucket_for,
+    capture,
+    device_ms,
+    restore_generator_after_failed_capture,
+    warm_up,
+)
 
 log = logging.getLogger(__name__)
 
@@ -142,14 +148,8 @@ class GraphedEstimator(torch.nn.Module):
         stage = "flow estimator, streamed" if streaming else "flow estimator"
         try:
             eager()
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                eager()  # warm-up outside the graph
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):  # others keep going
-                output = eager()
+            warm_up(eager)
+            graph, output = capture(eager, self.pool)
             self.pool = graph.pool()
         except RuntimeError as exc:  # a kernel that cannot be captured: this bucket stays eager
             log.warning("%s graph for %d frames not captured: %s", stage, bucket, exc)

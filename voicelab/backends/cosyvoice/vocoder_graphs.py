@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from voicelab.backends.base import GraphBucket
 from voicelab.backends.cosyvoice.flow_graphs import matmul_tf32
 from voicelab.backends.cosyvoice.speech_loop import Hops
-from voicelab.backends.cuda_graphs import device_ms, restore_generator_after_failed_capture
+from voicelab.backends.cuda_graphs import capture, device_ms, restore_generator_after_failed_capture, warm_up
 
 log = logging.getLogger(__name__)
 
@@ -171,14 +171,8 @@ class GraphedVocoder:
         draws = draw(self.hift, int(feat.shape[2]), self.device)
         static = (feat, cache, draws.phase, draws.sine_noise)
         try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                vocode(self.hift, *static)  # warm-up outside the graph
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                outputs = vocode(self.hift, *static)
+            warm_up(lambda: vocode(self.hift, *static))
+            graph, outputs = capture(lambda: vocode(self.hift, *static), self.pool)
             self.pool = graph.pool()
         except RuntimeError as exc:  # a kernel that cannot be captured: this shape stays eager
             log.warning("%s graph for %d frames not captured: %s", STAGE, feat.shape[2], exc)

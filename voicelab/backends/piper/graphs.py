@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from voicelab.backends.base import GraphBucket
-from voicelab.backends.cuda_graphs import bucket_for, device_ms
+from voicelab.backends.cuda_graphs import bucket_for, capture, device_ms, warm_up
 from voicelab.backends.piper.model import VitsModel
 
 log = logging.getLogger(__name__)
@@ -202,20 +202,12 @@ class VitsGraphs:
     def _capture(self, stage: str, rows: int, length: int, inputs: tuple[torch.Tensor, ...]) -> _Captured:
         """Warm up on a side stream, time eager, capture, time replays; keep the graph only if it is faster."""
         fn = self._stage(stage)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                fn(*inputs)
-        torch.cuda.current_stream().wait_stream(side)
+        warm_up(lambda: fn(*inputs), times=2)
         eager_ms = device_ms(lambda: fn(*inputs))
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         before = torch.cuda.memory_reserved()
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: the worker's heartbeat thread may read allocator stats while this thread captures.
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            outputs = fn(*inputs)
+        graph, outputs = capture(lambda: fn(*inputs), self._pool)
         grown = max(torch.cuda.memory_reserved() - before, 0)
         self._pool_bytes += grown
         self._unit_bytes[stage] = max(self._unit_bytes.get(stage, 0.0), grown / (rows * length))
