@@ -1,0 +1,100 @@
+"""The speech-token LLM's decode step, replayed from its CUDA graphs, with the attention's sum over cached values
+as one matmul and in partial sums (``static_qwen.VALUE_CHUNK``), side by side in one run.
+
+    python -m tools.cosyvoice_step_times --model-dir DIR [--code DIR] [--dtype float32] [--replays 300]
+
+For each side the step graphs of ``StepRunner`` (16 slots, every row and length bucket) are captured over a cache of
+random keys and values; printed per (rows, length bucket): ms per replay, and the largest difference between the
+two sides' log-probabilities for the same tokens at positions in the bucket's second half.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tools.cosyvoice_decode import load_llm
+
+SHAPES = ((1, 256), (1, 512), (1, 1024), (1, 2048), (4, 512), (16, 512), (16, 1024))
+
+
+@contextmanager
+def one_matmul() -> Iterator[None]:
+    """The step's value sum as one matmul at every length (what it was before the partial sums)."""
+    from voicelab.backends.cosyvoice import static_qwen
+
+    kept = static_qwen.MIN_VALUE_PARTS
+    static_qwen.MIN_VALUE_PARTS = 1 << 30
+    try:
+        yield
+    finally:
+        static_qwen.MIN_VALUE_PARTS = kept
+
+
+def replay_ms(runner: Any, rows: int, length: int, replays: int) -> float:
+    import torch
+
+    for _ in range(10):
+        runner.step(length, rows)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(replays):
+        runner.step(length, rows)
+    torch.cuda.synchronize()
+    return 1000 * (time.perf_counter() - started) / replays
+
+
+def side(llm: Any, replays: int) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], Any]]:
+    """Replay ms and log-probabilities (for fixed tokens and positions) of every shape in ``SHAPES``."""
+    import torch
+
+    from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache
+    from voicelab.backends.cosyvoice.step_graphs import StepRunner
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    cache = StaticKvCache(
+        QwenShape.of(llm.llm.model.config), 16, 2048, llm.llm_decoder.weight.dtype, torch.device("cuda")
+    )
+    cache.keys.normal_(generator=gen)
+    cache.values.normal_(generator=gen)
+    runner = StepRunner(llm, cache, graphs=True, shrink_rows=True)
+    times, logp = {}, {}
+    for rows, length in SHAPES:
+        times[rows, length] = replay_ms(runner, rows, length, replays)
+        runner.tokens.copy_(torch.randint(0, 6000, (16,), device="cuda", generator=gen))
+        runner.positions.copy_(torch.randint(length // 2, length, (16,), device="cuda", generator=gen))
+        logp[rows, length] = runner.step(length, rows)[:rows].float().clone()
+    return times, logp
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(prog="python -m tools.cosyvoice_step_times", description=__doc__)
+    parser.add_argument("--model-dir", required=True, help="a CosyVoice2/3 model directory (random_model output)")
+    parser.add_argument("--code", default="", help="an upstream FunAudioLLM/CosyVoice checkout")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--replays", type=int, default=300)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("the step graphs need a CUDA device")
+    llm = load_llm(Path(args.model_dir), args.code, "cuda", args.dtype)
+    with torch.inference_mode():
+        with one_matmul():
+            before, expected = side(llm, args.replays)
+        after, got = side(llm, args.replays)
+    print(f"decode step, {args.dtype}, ms per replay: one matmul -> partial sums (max |d log p|)")
+    for shape in SHAPES:
+        diff = float((got[shape] - expected[shape]).abs().max())
+        print(
+            f"  {shape[0]:>2} rows x {shape[1]:>4} positions: {before[shape]:6.3f} -> {after[shape]:6.3f}  ({diff:.1e})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
