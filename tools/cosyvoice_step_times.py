@@ -1,7 +1,7 @@
 """The speech-token LLM's decode step, replayed from its CUDA graphs, with the attention's sum over cached values
 as one matmul and in partial sums (``static_qwen.VALUE_CHUNK``), side by side in one run.
 
-    python -m tools.cosyvoice_step_times --model-dir DIR [--code DIR] [--dtype float32] [--replays 300]
+    python -m tools.cosyvoice_step_times --model-dir DIR [--code DIR] [--dtype float32] [--device cuda] [--replays 300]
 
 For each side the step graphs of ``StepRunner`` (16 slots, every row and length bucket) are captured over a cache of
 random keys and values; printed per (rows, length bucket): ms per replay, and the largest difference between the
@@ -38,35 +38,37 @@ def one_matmul() -> Iterator[None]:
 def replay_ms(runner: Any, rows: int, length: int, replays: int) -> float:
     import torch
 
+    sync = torch.cuda.synchronize if runner.cache.keys.is_cuda else (lambda: None)
     for _ in range(10):
         runner.step(length, rows)
-    torch.cuda.synchronize()
+    sync()
     started = time.perf_counter()
     for _ in range(replays):
         runner.step(length, rows)
-    torch.cuda.synchronize()
+    sync()
     return 1000 * (time.perf_counter() - started) / replays
 
 
 def side(llm: Any, replays: int) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], Any]]:
-    """Replay ms and log-probabilities (for fixed tokens and positions) of every shape in ``SHAPES``."""
+    """Replay ms (eager steps off CUDA) and log-probabilities (for fixed tokens and positions) of every shape in
+    ``SHAPES``."""
     import torch
 
     from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache
     from voicelab.backends.cosyvoice.step_graphs import StepRunner
 
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    cache = StaticKvCache(
-        QwenShape.of(llm.llm.model.config), 16, 2048, llm.llm_decoder.weight.dtype, torch.device("cuda")
-    )
+    device = llm.llm_decoder.weight.device
+    gen = torch.Generator(device=device).manual_seed(0)
+    dtype = llm.llm_decoder.weight.dtype
+    cache = StaticKvCache(QwenShape.of(llm.llm.model.config), 16, 2048, dtype, device)
     cache.keys.normal_(generator=gen)
     cache.values.normal_(generator=gen)
     runner = StepRunner(llm, cache, graphs=True, shrink_rows=True)
     times, logp = {}, {}
     for rows, length in SHAPES:
         times[rows, length] = replay_ms(runner, rows, length, replays)
-        runner.tokens.copy_(torch.randint(0, 6000, (16,), device="cuda", generator=gen))
-        runner.positions.copy_(torch.randint(length // 2, length, (16,), device="cuda", generator=gen))
+        runner.tokens.copy_(torch.randint(0, 6000, (16,), device=device, generator=gen))
+        runner.positions.copy_(torch.randint(length // 2, length, (16,), device=device, generator=gen))
         logp[rows, length] = runner.step(length, rows)[:rows].float().clone()
     return times, logp
 
@@ -78,11 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model-dir", required=True, help="a CosyVoice2/3 model directory (random_model output)")
     parser.add_argument("--code", default="", help="an upstream FunAudioLLM/CosyVoice checkout")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--device", default="cuda", help="cuda (graphs), or cpu to try the tool (eager steps)")
     parser.add_argument("--replays", type=int, default=300)
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        parser.error("the step graphs need a CUDA device")
-    llm = load_llm(Path(args.model_dir), args.code, "cuda", args.dtype)
+    llm = load_llm(Path(args.model_dir), args.code, args.device, args.dtype)
     with torch.inference_mode():
         with one_matmul():
             before, expected = side(llm, args.replays)
