@@ -19,6 +19,7 @@ graphs share one memory pool."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -170,9 +171,10 @@ class GraphedVocoder:
         allocated = torch.cuda.memory_allocated()
         draws = draw(self.hift, int(feat.shape[2]), self.device)
         static = (feat, cache, draws.phase, draws.sine_noise)
+        call = functools.partial(vocode, self.hift, *static)
         try:
-            warm_up(lambda: vocode(self.hift, *static))
-            graph, outputs = capture(lambda: vocode(self.hift, *static), self.pool)
+            warm_up(call)
+            graph, outputs = capture(call, self.pool)
             self.pool = graph.pool()
         except RuntimeError as exc:  # a kernel that cannot be captured: this shape stays eager
             log.warning("%s graph for %d frames not captured: %s", STAGE, feat.shape[2], exc)

@@ -15,6 +15,7 @@ each capture let it reach 5.8 GiB on the H200); such shapes, and those past the 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -201,13 +202,13 @@ class VitsGraphs:
 
     def _capture(self, stage: str, rows: int, length: int, inputs: tuple[torch.Tensor, ...]) -> _Captured:
         """Warm up on a side stream, time eager, capture, time replays; keep the graph only if it is faster."""
-        fn = self._stage(stage)
-        warm_up(lambda: fn(*inputs), times=2)
-        eager_ms = device_ms(lambda: fn(*inputs))
+        call = functools.partial(self._stage(stage), *inputs)
+        warm_up(call, times=2)
+        eager_ms = device_ms(call)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         before = torch.cuda.memory_reserved()
-        graph, outputs = capture(lambda: fn(*inputs), self._pool)
+        graph, outputs = capture(call, self._pool)
         grown = max(torch.cuda.memory_reserved() - before, 0)
         self._pool_bytes += grown
         self._unit_bytes[stage] = max(self._unit_bytes.get(stage, 0.0), grown / (rows * length))
