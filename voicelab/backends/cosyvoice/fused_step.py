@@ -17,7 +17,7 @@ ROW_BLOCK_DOT = 16  # ``tl.dot`` needs 16 rows or more: 2..16 decode rows are pa
 # One row (the vector form): a weight tile of this many elements per iteration, ~32 KiB in float32, so that each
 # multiprocessor keeps enough bytes in flight to cover the memory's latency (a matrix-vector product is a stream).
 VECTOR_TILE = 8192
-DOT_K = 64
+DOT_K = 128
 ATTENTION_POSITIONS = 64  # positions per inner iteration of the attention
 MAX_ROWS = 64  # the backend's largest ``decode_slots``
 
