@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import sys
 import threading
 from collections.abc import Generator
 from pathlib import Path
@@ -308,6 +309,29 @@ def test_decode_stream_option_is_on_or_off_in_one_sentence() -> None:
     ):
         create(Settings(backend="cosyvoice", backend_options="decode_slots=4,decode_stream=x"))
     assert not DecodeChoice().own_stream and "decode_stream=on|off" in HELP["backend_options"]
+
+
+def test_decode_kernels_option_is_torch_or_triton_and_triton_needs_cuda_in_one_sentence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``decode_kernels`` (the step's layers as PyTorch's kernels or as Triton's) is torch by default; anything else
+    is refused before anything loads, and triton is refused off CUDA and without the package, each in a sentence."""
+    from voicelab.backends.cosyvoice.backend import create
+    from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, _check_triton
+    from voicelab.errors import BackendLoadError
+    from voicelab.settings import HELP, Settings
+
+    sentence = "CosyVoice backend option: decode_kernels must be one of torch, triton, not 'fast'."
+    with pytest.raises(BackendLoadError, match=f"^{re.escape(sentence)}$"):
+        create(Settings(backend="cosyvoice", backend_options="decode_kernels=fast"))
+    assert DecodeChoice().kernels == "torch" and "decode_kernels=torch|triton" in HELP["backend_options"]
+    assert DecodeChoice.parse("auto", "4", "triton").kernels == "triton"
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(BackendLoadError, match=r"^decode_kernels=triton runs on a CUDA device, not cpu: leave it"):
+        _check_triton("cpu")
+    monkeypatch.setitem(sys.modules, "triton", None)  # not installed: its import fails
+    with pytest.raises(BackendLoadError, match=r"^decode_kernels=triton needs the triton package"):
+        _check_triton("cuda")
 
 
 def test_wave_slots_is_a_whole_number_in_one_sentence() -> None:

@@ -114,6 +114,35 @@ def test_greedy_tokens_identical_to_upstream(llm: Any) -> None:
     assert fast == upstream
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_triton_kernels_replay_as_they_run_and_decode_as_pytorchs_step(cuda_llm: Any, dtype: str) -> None:
+    """``decode_kernels=triton``: its graphs replay its eager steps token for token, and it decodes PyTorch's step's
+    greedy tokens (sums taken in another order: near-ties may part ways, as against upstream above, in float32 not
+    before 16 tokens; in bfloat16 the first four agree)."""
+    pytest.importorskip("triton")
+    from voicelab.backends.cosyvoice.fast_decode import FastDecodeConfig, fix_step_mask, install_fast_decode
+
+    llm = copy.deepcopy(cuda_llm).to(getattr(torch, dtype))
+    fix_step_mask(llm.llm)
+    _greedy(llm)
+
+    def decode(**config: Any) -> tuple[list[list[int]], Any]:
+        decoder = install_fast_decode(llm, FastDecodeConfig(capacity=1024, **config))
+        try:
+            return [_tokens(llm, seed, seed) for seed in SEEDS], decoder
+        finally:
+            del llm.inference_wrapper
+
+    graphed, decoder = decode(graphs=True, kernels="triton")
+    eager, _ = decode(graphs=False, kernels="triton")
+    reference, _ = decode(graphs=True)
+    assert decoder.runner.captured and decoder.runner.qwen.kernels == "triton"
+    assert graphed == eager and all(len(tokens) == TOKENS for tokens in graphed)
+    prefixes = [_agreed(t, r) for t, r in zip(graphed, reference, strict=True)]
+    least = 16 if dtype == "float32" else 4  # bfloat16 rounds each kernel's output: near-ties part sooner
+    assert all(t == r or agreed >= least for t, r, agreed in zip(graphed, reference, prefixes, strict=True)), prefixes
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_half_precision_graphs(cuda_llm: Any, dtype: str) -> None:
     from voicelab.backends.cosyvoice.fast_decode import fix_step_mask

@@ -55,7 +55,8 @@ class _Request:
 class BatchConfig:
     """slots: requests decoded together at most (the cache holds ``slots`` x ``capacity`` positions).
     shrink_rows: see ``StepRunner`` (off: a batch equals each run alone, bit for bit).
-    own_stream: on CUDA, the driver's steps on a stream of their own (off, the default: the default stream)."""
+    own_stream: on CUDA, the driver's steps on a stream of their own (off, the default: the default stream).
+    kernels: see ``FastDecodeConfig``."""
 
     slots: int = 8
     capacity: int = 2048
@@ -63,6 +64,7 @@ class BatchConfig:
     mask_stops: bool = False
     shrink_rows: bool = False
     own_stream: bool = False
+    kernels: str = "torch"
 
 
 class DecodeBatcher:
@@ -74,7 +76,7 @@ class DecodeBatcher:
         cache = StaticKvCache(shape, config.slots, config.capacity, param.dtype, param.device)
         self.config, self.device = config, param.device
         self.rules = TokenRules.of(llm, config.mask_stops)
-        self.runner = StepRunner(llm, cache, config.graphs, config.shrink_rows)
+        self.runner = StepRunner(llm, cache, config.graphs, config.shrink_rows, config.kernels)
         self.pending: deque[_Request] = deque()
         self.active: dict[int, _Request] = {}
         self.wake = threading.Condition()

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher, install_batched_decode
 from voicelab.backends.cosyvoice.fast_decode import FastDecodeConfig, FastDecoder, fix_step_mask, install_fast_decode
+from voicelab.backends.cosyvoice.static_qwen import KERNELS
+from voicelab.errors import BackendLoadError
 
 MODES = ("auto", "on", "off")
 
@@ -17,20 +20,24 @@ class DecodeChoice:
     """mode: "auto" (fast on CUDA, upstream's loop elsewhere), "on" or "off". slots: requests decoded together
     (1: one at a time, a second concurrent request runs upstream's loop; more: continuous batching). own_stream:
     the backend option ``decode_stream`` (off by default: the batcher steps on the default stream; see
-    ``batch_decode``)."""
+    ``batch_decode``). kernels: the backend option ``decode_kernels``, "torch" (the default) or "triton" (the
+    step's layers as ``fused_step``'s Triton kernels; CUDA only)."""
 
     mode: str = "auto"
     slots: int = 1
     own_stream: bool = False  # the batcher's steps on a CUDA stream of their own (``batch_decode.py``)
+    kernels: str = "torch"
 
     @classmethod
-    def parse(cls, mode: str, slots: str) -> DecodeChoice:
+    def parse(cls, mode: str, slots: str, kernels: str = "torch") -> DecodeChoice:
         """From the option strings; ``ValueError`` with one sentence for anything else."""
         if mode not in MODES:
             raise ValueError(f"fast_decode must be one of {', '.join(MODES)}, not {mode!r}")
         if not slots.isdigit() or not 1 <= int(slots) <= 64:
             raise ValueError(f"decode_slots must be a whole number from 1 to 64, not {slots!r}")
-        return cls(mode, int(slots))
+        if kernels not in KERNELS:
+            raise ValueError(f"decode_kernels must be one of {', '.join(KERNELS)}, not {kernels!r}")
+        return cls(mode, int(slots), kernels=kernels)
 
 
 def prepare_llm(llm: Any, device: str, choice: DecodeChoice, mask_stops: bool) -> FastDecoder | DecodeBatcher | None:
@@ -38,8 +45,28 @@ def prepare_llm(llm: Any, device: str, choice: DecodeChoice, mask_stops: bool) -
     Must run before ``upstream.install_guards`` wraps the sampler. ``None``: upstream's loop stays in charge."""
     fix_step_mask(llm.llm)
     if choice.mode == "off" or (choice.mode == "auto" and not device.startswith("cuda")):
+        if choice.kernels != "torch":
+            raise BackendLoadError("decode_kernels=triton runs on the fast decode path: leave fast_decode on (CUDA).")
         return None
+    if choice.kernels == "triton":
+        _check_triton(device)
     if choice.slots > 1:  # stepping only the rows in use: alone in 16 slots, 296 tokens/s, not 163 (1 slot: 270; H200)
-        config = BatchConfig(choice.slots, mask_stops=mask_stops, shrink_rows=True, own_stream=choice.own_stream)
+        config = BatchConfig(
+            choice.slots, mask_stops=mask_stops, shrink_rows=True, own_stream=choice.own_stream, kernels=choice.kernels
+        )
         return install_batched_decode(llm, config)
-    return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops))
+    return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops, kernels=choice.kernels))
+
+
+def _check_triton(device: str) -> None:
+    """``decode_kernels=triton`` needs a CUDA device (or Triton's interpreter, ``TRITON_INTERPRET=1``, as the CPU
+    tests use) and Triton itself (it comes with PyTorch's CUDA builds)."""
+    if not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
+        raise BackendLoadError(f"decode_kernels=triton runs on a CUDA device, not {device}: leave it at torch there.")
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        raise BackendLoadError(
+            "decode_kernels=triton needs the triton package (it comes with PyTorch's CUDA builds): install it, or "
+            "leave decode_kernels at torch."
+        ) from exc

@@ -35,11 +35,13 @@ Wrapper = Callable[..., Iterator[int]]
 class FastDecodeConfig:
     """capacity: positions per request (prompt embedding + generated tokens; 4096 ≈ 2 min of speech after a
     long prompt). graphs: capture the step in CUDA graphs (ignored off CUDA). mask_stops: never emit a stop id
-    (random-weight models, as ``upstream._mask_stop_tokens`` does for upstream's sampler)."""
+    (random-weight models, as ``upstream._mask_stop_tokens`` does for upstream's sampler). kernels: the step's
+    layers from PyTorch's kernels or from ``fused_step``'s Triton ones (``StaticQwen``)."""
 
     capacity: int = 4096
     graphs: bool = True
     mask_stops: bool = False
+    kernels: str = "torch"
 
 
 class FastDecoder:
@@ -50,7 +52,7 @@ class FastDecoder:
         cache = StaticKvCache(QwenShape.of(llm.llm.model.config), 1, config.capacity, param.dtype, param.device)
         self.config = config
         self.rules = TokenRules.of(llm, config.mask_stops)
-        self.runner = StepRunner(llm, cache, config.graphs)
+        self.runner = StepRunner(llm, cache, config.graphs, kernels=config.kernels)
         self.lock = threading.Lock()
 
     def room(self, lm_input: torch.Tensor, min_len: int, max_len: int) -> int | None:

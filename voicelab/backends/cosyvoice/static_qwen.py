@@ -10,7 +10,9 @@ count, not arithmetic (on the H200 a step took 3.0 ms replayed from a CUDA graph
 of one merged tensor, so no memory is added and the modules still run prefill), one rotary pass over queries and
 keys together, the residual adds inside the output and down projections' matmuls, the mask and scaling inside the
 score matmul, PyTorch's fused RMSNorm, and the weighted sum over cached values in partial sums where one matmul
-would leave most of the device idle (``_weighted_values``).
+would leave most of the device idle (``_weighted_values``). With ``kernels="triton"`` a step's layer runs as six or
+seven Triton kernels instead (``fused_step``: the norms, bias, rotary, cache write, attention, residuals and SiLU
+inside them); the prefill stays on transformers' modules either way.
 """
 
 from __future__ import annotations
@@ -29,17 +31,27 @@ from voicelab.backends.cosyvoice.kv_cache import StaticKvCache
 # at every length (1.69 against 1.90 ms at 512) (2026-12-05).
 VALUE_CHUNK = 64  # positions per partial sum (32 and 128 within 2 %)
 MIN_VALUE_PARTS = 8  # from 512 positions
+KERNELS = ("torch", "triton")
 
 
 class StaticQwen:
     """``body`` is a transformers ``Qwen2Model`` (upstream's ``Qwen2Encoder.model.model``)."""
 
-    def __init__(self, body: Any, cache: StaticKvCache) -> None:
+    def __init__(self, body: Any, cache: StaticKvCache, kernels: str = "torch") -> None:
+        if kernels not in KERNELS:
+            raise ValueError(f"decode_kernels must be one of {', '.join(KERNELS)}, not {kernels!r}")
+        self.kernels = kernels
         self.layers = list(body.layers)
         self.norm, self.rotary, self.cache = body.norm, body.rotary_emb, cache
         self.head_dim = cache.shape.head_dim
         self.scaling = self.head_dim**-0.5
         self.merged = [_MergedLayer.of(layer) for layer in self.layers]
+        if kernels == "triton" and not all(_is_silu(layer.act) for layer in self.merged):
+            raise ValueError("decode_kernels=triton fuses SiLU into the MLP; this model's activation is another")
+        # each layer's two RMSNorms as the fused kernels take them (weight, epsilon)
+        self.folded_norms = (
+            [(_folded(m.input_norm), _folded(m.post_norm)) for m in self.merged] if kernels == "triton" else []
+        )
 
     def _qkv(
         self, attn: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -81,6 +93,8 @@ class StaticQwen:
         shape = self.cache.shape
         cos, sin = self.rotary(embeds, positions.view(slots, 1))
         cos, sin = cos.view(slots, 1, self.head_dim), sin.view(slots, 1, self.head_dim)
+        if self.kernels == "triton":
+            return self._fused_step(embeds.view(slots, -1), positions, length, cos, sin)
         visible = torch.arange(length, device=embeds.device).view(1, length) <= positions.view(slots, 1)
         bias = torch.zeros(slots, length, dtype=embeds.dtype, device=embeds.device).masked_fill(~visible, -torch.inf)
         bias = bias.view(slots, 1, 1, length).expand(slots, shape.kv_heads, 1, length).reshape(-1, 1, length)
@@ -96,6 +110,23 @@ class StaticQwen:
             hidden = torch.addmm(hidden, out.view(slots, -1), layer.o_weight.t())
             gate, up = F.linear(_rms_norm(hidden, layer.post_norm), layer.gate_up_weight).chunk(2, dim=-1)
             hidden = torch.addmm(hidden, layer.act(gate) * up, layer.down_weight.t())
+        return _rms_norm(hidden, self.norm)
+
+    def _fused_step(
+        self, hidden: torch.Tensor, positions: torch.Tensor, length: int, cos: torch.Tensor, sin: torch.Tensor
+    ) -> torch.Tensor:
+        """``step``'s layers through ``fused_step``'s Triton kernels: the same computation in float32 (summed in
+        another order), fewer kernels."""
+        from voicelab.backends.cosyvoice import fused_step as fused
+
+        for index, (layer, (input_norm, post_norm)) in enumerate(zip(self.merged, self.folded_norms, strict=True)):
+            keys, values = self.cache.keys[index], self.cache.values[index]
+            qkv = fused.linear(hidden, layer.qkv_weight, norm=input_norm, bias=layer.qkv_bias)
+            query = fused.rotary_write(qkv, cos, sin, positions, keys, values, layer.heads)
+            out = fused.attention(query, keys, values, positions, length, self.scaling)
+            hidden = fused.linear(out, layer.o_weight, residual=hidden)
+            act = fused.linear(hidden, layer.gate_up_weight, norm=post_norm, glu=True)
+            hidden = fused.linear(act, layer.down_weight, residual=hidden)
         return _rms_norm(hidden, self.norm)
 
     def _grouped_attention(
@@ -177,6 +208,19 @@ def _weighted_values(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     chunked = probs.view(batch, group, parts, VALUE_CHUNK).transpose(1, 2).reshape(batch * parts, group, VALUE_CHUNK)
     partial = torch.bmm(chunked, values.reshape(batch * parts, VALUE_CHUNK, head_dim))
     return partial.view(batch, parts, group, head_dim).sum(dim=1)
+
+
+def _is_silu(act: Any) -> bool:
+    """Whether a layer's activation computes SiLU (transformers names its own class for it), asked of its values."""
+    probe = torch.linspace(-6.0, 6.0, 25)
+    return bool(torch.allclose(act(probe), F.silu(probe)))
+
+
+def _folded(norm: Any) -> Any:
+    """A Qwen2 RMSNorm's weight and epsilon for a fused kernel."""
+    from voicelab.backends.cosyvoice.fused_step import Norm
+
+    return Norm(norm.weight, float(norm.variance_epsilon))
 
 
 def _rms_norm(hidden: torch.Tensor, norm: Any) -> torch.Tensor:

@@ -29,12 +29,15 @@ class StepRunner:
 
     shrink_rows: run only the first 1, 2, 4, ... slots that hold requests. Off, every step has the same shapes,
     so each request's numbers are bitwise the same whoever shares the step (a batch equals each run alone);
-    on, a lone request in a large cache does less work, at the price of other kernels for other row counts."""
+    on, a lone request in a large cache does less work, at the price of other kernels for other row counts.
+    kernels: "torch" or "triton" (``StaticQwen``)."""
 
-    def __init__(self, llm: Any, cache: StaticKvCache, graphs: bool, shrink_rows: bool = False) -> None:
+    def __init__(
+        self, llm: Any, cache: StaticKvCache, graphs: bool, shrink_rows: bool = False, kernels: str = "torch"
+    ) -> None:
         self.llm, self.cache = llm, cache
         self.row_buckets = cache.row_buckets(shrink_rows)
-        self.qwen = StaticQwen(llm.llm.model.model, cache)
+        self.qwen = StaticQwen(llm.llm.model.model, cache, kernels)
         device = cache.keys.device
         vocabulary = int(llm.llm_decoder.out_features)
         self.tokens = torch.zeros(cache.slots, dtype=torch.long, device=device)
