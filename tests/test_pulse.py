@@ -122,3 +122,20 @@ def test_a_seed_moves_only_the_noise_and_zero_is_what_requests_get(
     other = apply_transform(audio, sr, higher, renderer="pulse", seed=5)
     difference = float(np.sqrt(np.mean((other - default) ** 2)) / np.sqrt(np.mean(default**2)))
     assert 0.0 < difference < 0.5, difference
+
+
+def test_aperiodicity_of_the_voiced_frames_alone_equals_every_frames(
+    clip: tuple[np.ndarray, int, pulse.PulseFeatures],
+) -> None:
+    """Off a GPU D4C measures only the frames with an F0 (the rest are aperiodic by definition); the values are
+    those of measuring every frame, as the GPU's fixed shapes do."""
+    audio, sr, features = clip
+    x = torch.from_numpy(audio).unsqueeze(0)
+    x = torch.nn.functional.pad(x, (0, features.f0.shape[1] * features.hop - x.shape[1]))
+    positions = (torch.arange(features.f0.shape[1]) * features.hop / sr).expand_as(features.f0).float()
+    size, lengths = world_analysis.cheaptrick_fft_size(sr), torch.tensor([len(audio)])
+    args = (x, lengths, sr, features.f0, positions, size)
+    voiced_only, every = world_analysis.d4c(*args, every_frame=False), world_analysis.d4c(*args, every_frame=True)
+    assert (features.f0 <= 0).float().mean() > 0.1  # there were unvoiced frames to skip
+    torch.testing.assert_close(voiced_only, every, atol=1e-6, rtol=1e-5)
+    assert torch.equal(voiced_only, features.aperiodicity)  # what ``analyse`` gives on a CPU

