@@ -15,6 +15,7 @@ import json
 import re
 import sys
 import threading
+import types
 from collections.abc import Generator
 from pathlib import Path
 from typing import cast
@@ -311,27 +312,34 @@ def test_decode_stream_option_is_on_or_off_in_one_sentence() -> None:
     assert not DecodeChoice().own_stream and "decode_stream=on|off" in HELP["backend_options"]
 
 
-def test_decode_kernels_option_is_torch_or_triton_and_triton_needs_cuda_in_one_sentence(
+def test_decode_kernels_option_is_torch_triton_or_auto_and_triton_needs_cuda_in_one_sentence(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``decode_kernels`` (the step's layers as PyTorch's kernels or as Triton's) is torch by default; anything else
-    is refused before anything loads, and triton is refused off CUDA and without the package, each in a sentence."""
+    """``decode_kernels`` (the step's layers as PyTorch's kernels, as Triton's, or per shape the faster) is torch by
+    default; anything else is refused before anything loads, and triton is refused off CUDA and without the
+    package, each in a sentence. auto asks for the choice only on CUDA with Triton installed: PyTorch's kernels
+    elsewhere, never an error."""
     from voicelab.backends.cosyvoice.backend import create
-    from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, _check_triton
+    from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, _check_triton, resolve_kernels
     from voicelab.errors import BackendLoadError
     from voicelab.settings import HELP, Settings
 
-    sentence = "CosyVoice backend option: decode_kernels must be one of torch, triton, not 'fast'."
+    sentence = "CosyVoice backend option: decode_kernels must be one of torch, triton, auto, not 'fast'."
     with pytest.raises(BackendLoadError, match=f"^{re.escape(sentence)}$"):
         create(Settings(backend="cosyvoice", backend_options="decode_kernels=fast"))
-    assert DecodeChoice().kernels == "torch" and "decode_kernels=torch|triton" in HELP["backend_options"]
+    assert DecodeChoice().kernels == "torch" and "decode_kernels=torch|triton|auto" in HELP["backend_options"]
     assert DecodeChoice.parse("auto", "4", "triton").kernels == "triton"
+    assert DecodeChoice.parse("auto", "4", "auto").kernels == "auto"
+    assert resolve_kernels("auto", "cpu") == resolve_kernels("torch", "cpu") == "torch"
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(BackendLoadError, match=r"^decode_kernels=triton runs on a CUDA device, not cpu: leave it"):
         _check_triton("cpu")
     monkeypatch.setitem(sys.modules, "triton", None)  # not installed: its import fails
     with pytest.raises(BackendLoadError, match=r"^decode_kernels=triton needs the triton package"):
         _check_triton("cuda")
+    assert resolve_kernels("auto", "cuda") == "torch"
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    assert resolve_kernels("auto", "cuda:0") == "auto"
 
 
 def test_wave_slots_is_a_whole_number_in_one_sentence() -> None:

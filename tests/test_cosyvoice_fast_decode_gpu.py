@@ -143,6 +143,34 @@ def test_triton_kernels_replay_as_they_run_and_decode_as_pytorchs_step(cuda_llm:
     assert all(t == r or agreed >= least for t, r, agreed in zip(graphed, reference, prefixes, strict=True)), prefixes
 
 
+def test_auto_kernels_keep_one_graph_per_shape_and_decode_as_pytorchs_step(cuda_llm: Any) -> None:
+    """``decode_kernels=auto``: every shape captured with both sides, one kept per shape (the panel lists both, the
+    kept one marked), and the chosen steps decode PyTorch's step's greedy tokens (near-ties as above)."""
+    pytest.importorskip("triton")
+    from voicelab.backends.cosyvoice.fast_decode import FastDecodeConfig, fix_step_mask, install_fast_decode
+
+    llm = copy.deepcopy(cuda_llm)
+    fix_step_mask(llm.llm)
+    _greedy(llm)
+    decoded = {}
+    for kernels in ("auto", "torch"):
+        decoder = install_fast_decode(llm, FastDecodeConfig(capacity=1024, kernels=kernels))
+        try:
+            decoded[kernels] = [_tokens(llm, seed, seed) for seed in SEEDS]
+        finally:
+            del llm.inference_wrapper
+        if kernels == "auto":
+            runner = decoder.runner
+    assert runner.captured and set(runner.kernels_for) == set(runner.graphs)
+    stages = {report.stage for report in runner.reports}
+    assert stages == {"llm step", "llm step (triton)"} and len(runner.reports) == 2 * len(runner.graphs)
+    for shape, side in runner.kernels_for.items():
+        kept = [r for r in runner.reports if (r.rows, r.length) == shape and r.kept]
+        assert len(kept) == 1 and kept[0].stage == ("llm step" if side == "torch" else "llm step (triton)")
+    prefixes = [_agreed(a, t) for a, t in zip(decoded["auto"], decoded["torch"], strict=True)]
+    assert all(a == t or agreed >= 16 for a, t, agreed in zip(*decoded.values(), prefixes, strict=True)), prefixes
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_half_precision_graphs(cuda_llm: Any, dtype: str) -> None:
     from voicelab.backends.cosyvoice.fast_decode import fix_step_mask

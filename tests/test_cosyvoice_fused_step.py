@@ -166,5 +166,79 @@ def test_an_unknown_kernel_choice_is_one_sentence(body: Any) -> None:
     from voicelab.backends.cosyvoice.static_qwen import StaticQwen
 
     cache = StaticKvCache(QwenShape.of(body.config), 1, 128, torch.float32, torch.device(DEVICE))
-    with pytest.raises(ValueError, match="decode_kernels must be one of torch, triton, not 'cuda'"):
+    with pytest.raises(ValueError, match="decode_kernels must be one of torch, triton, auto, not 'cuda'"):
         StaticQwen(body, cache, "cuda")
+
+
+class _Llm(torch.nn.Module):
+    """What ``StepRunner`` reads of upstream's LLM: the Qwen body, the speech embedding and the decoder head."""
+
+    def __init__(self, body: Any, vocabulary: int = 300) -> None:
+        super().__init__()
+        hidden = body.config.hidden_size
+        self.llm = torch.nn.Module()
+        self.llm.model = torch.nn.Module()
+        self.llm.model.model = body
+        torch.manual_seed(3)
+        self.speech_embedding = torch.nn.Embedding(vocabulary, hidden).to(DEVICE)
+        self.llm_decoder = torch.nn.Linear(hidden, vocabulary).to(DEVICE)
+
+
+def _auto_runner(body: Any) -> Any:
+    from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache
+    from voicelab.backends.cosyvoice.step_graphs import StepRunner
+
+    cache = StaticKvCache(QwenShape.of(body.config), 4, 512, torch.float32, torch.device(DEVICE))
+    return StepRunner(_Llm(body), cache, graphs=False, shrink_rows=True, kernels="auto")
+
+
+@pytest.mark.parametrize("shape", [(1, 512), (4, 256)])
+@torch.inference_mode()
+def test_auto_compares_both_sides_on_a_random_cache_and_keeps_the_faster_only_where_they_agree(
+    body: Any, shape: tuple[int, int]
+) -> None:
+    """``decode_kernels=auto``'s trial (``step_choice``), here on eager steps: both sides run the same step of
+    every row at its own late position over random keys and values; Triton's log-probabilities agree with
+    PyTorch's, the faster side wins, and a side that computes another step never does, however fast."""
+    from voicelab.backends.cosyvoice import step_choice
+
+    runner = _auto_runner(body)
+    assert runner.qwen.sides == ("torch", "triton")
+    step_choice.trial_inputs(runner.cache, runner.tokens, runner.positions, 300)
+    assert runner.cache.keys.abs().sum() > 0 and runner.tokens.abs().sum() > 0
+    steps = {side: (lambda side=side: runner._eager(*shape, side)) for side in step_choice.SIDES}
+    speeds = iter((2.0, 1.0))  # the timer's answers, torch's first
+    trial = step_choice.compare(steps, runner.logp, runner.positions, shape, lambda step: next(speeds))
+    rows, length = shape
+    assert runner.positions[:rows].tolist() == [length - 1 - row for row in range(rows)]
+    assert 0 < trial.difference < 1e-4 and trial.ms == {"torch": 2.0, "triton": 1.0} and trial.winner == "triton"
+
+    def another_step() -> None:  # fast, but not the same step: a near-tie's worth off
+        runner._eager(*shape, "triton")
+        runner.logp[:rows] += 0.01
+
+    wrong = step_choice.compare({**steps, "triton": another_step}, runner.logp, runner.positions, shape, lambda s: 1.0)
+    assert wrong.difference == pytest.approx(0.01, abs=1e-4) and wrong.winner == "torch"
+    step_choice.clear(runner.cache, runner.tokens, runner.positions)
+    assert not runner.cache.keys.any() and not runner.positions.any()
+
+
+def test_auto_keeps_the_faster_side_only_when_the_same() -> None:
+    from voicelab.backends.cosyvoice.step_choice import SideTrial
+
+    assert SideTrial({"torch": 2.0, "triton": 1.0}, 1e-6, 1e-3).winner == "triton"
+    assert SideTrial({"torch": 1.0, "triton": 2.0}, 1e-6, 1e-3).winner == "torch"
+    assert SideTrial({"torch": 2.0, "triton": 1.0}, 2e-3, 1e-3).winner == "torch"
+    assert SideTrial({"torch": 2.0, "triton": 1.0}, float("nan"), 1e-3).winner == "torch"
+
+
+def test_auto_offers_pytorchs_kernels_alone_for_another_activation(body: Any) -> None:
+    import copy
+
+    other = copy.deepcopy(body)
+    for layer in other.layers:
+        layer.mlp.act_fn = torch.nn.GELU()
+    runner = _auto_runner(other)
+    assert runner.qwen.sides == ("torch",) and not runner.qwen.folded_norms
+    with pytest.raises(ValueError, match="prepared for torch kernels, not 'triton'"):
+        runner._eager(1, 256, "triton")

@@ -5,7 +5,8 @@
 
 Sides: ``one-matmul`` (PyTorch's kernels, the attention's sum over cached values as one matmul at every length, as
 before ``static_qwen.VALUE_CHUNK``), ``torch`` (the default step) and ``triton`` (``decode_kernels=triton``: the
-layers as ``fused_step``'s Triton kernels; on a CPU only under ``TRITON_INTERPRET=1``). For each side the step
+layers as ``fused_step``'s Triton kernels; on a CPU only under ``TRITON_INTERPRET=1``) and ``auto`` (the default:
+both captured, the faster kept per shape, ``step_choice``; its cells name the side chosen). For each side the step
 graphs of ``StepRunner`` (16 slots, every row and length bucket) are captured over a cache of random keys and
 values; printed per (rows, length bucket): ms per replay of each side, and the largest difference between each
 side's log-probabilities and the first side's for the same tokens at positions in the bucket's second half.
@@ -23,7 +24,7 @@ from typing import Any
 from tools.cosyvoice_decode import load_llm
 
 SHAPES = ((1, 256), (1, 512), (1, 1024), (1, 2048), (4, 512), (16, 512), (16, 1024))
-SIDES = ("one-matmul", "torch", "triton")
+SIDES = ("one-matmul", "torch", "triton", "auto")
 
 
 @contextmanager
@@ -56,9 +57,11 @@ def replay_ms(runner: Any, rows: int, length: int, replays: int) -> float:
 Shape = tuple[int, int]
 
 
-def side(llm: Any, replays: int, kernels: str, shapes: Sequence[Shape]) -> tuple[dict[Shape, float], dict[Shape, Any]]:
+def side(
+    llm: Any, replays: int, kernels: str, shapes: Sequence[Shape]
+) -> tuple[dict[Shape, float], dict[Shape, Any], dict[Shape, str]]:
     """Replay ms (eager steps off CUDA) and log-probabilities (for fixed tokens and positions) of every (rows,
-    length) shape."""
+    length) shape, and the kernels each shape's graph runs."""
     import torch
 
     from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache
@@ -68,16 +71,23 @@ def side(llm: Any, replays: int, kernels: str, shapes: Sequence[Shape]) -> tuple
     gen = torch.Generator(device=device).manual_seed(0)
     dtype = llm.llm_decoder.weight.dtype
     cache = StaticKvCache(QwenShape.of(llm.llm.model.config), 16, 2048, dtype, device)
-    cache.keys.normal_(generator=gen)
-    cache.values.normal_(generator=gen)
     runner = StepRunner(llm, cache, graphs=True, shrink_rows=True, kernels=kernels)
+    cache.keys.normal_(generator=gen)  # after the capture: auto's choice clears the cache it tried the sides on
+    cache.values.normal_(generator=gen)
     times, logp = {}, {}
     for rows, length in shapes:
         times[rows, length] = replay_ms(runner, rows, length, replays)
         runner.tokens.copy_(torch.randint(0, 6000, (16,), device=device, generator=gen))
         runner.positions.copy_(torch.randint(length // 2, length, (16,), device=device, generator=gen))
         logp[rows, length] = runner.step(length, rows)[:rows].float().clone()
-    return times, logp
+    return times, logp, {shape: runner.kernels_for.get(runner_shape(runner, shape), "eager") for shape in shapes}
+
+
+def runner_shape(runner: Any, shape: Shape) -> Shape:
+    """The captured (rows, length) bucket a shape runs in."""
+    from voicelab.backends.cosyvoice.kv_cache import fit
+
+    return fit(runner.row_buckets, shape[0], "slots"), runner.cache.bucket(shape[1])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,11 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with torch.inference_mode():
         for name in sides:
             with one_matmul() if name == "one-matmul" else nullcontext():
-                results[name] = side(llm, args.replays, "triton" if name == "triton" else "torch", shapes)
+                results[name] = side(llm, args.replays, name if name in ("triton", "auto") else "torch", shapes)
     first = results[sides[0]][1]
     print(f"decode step, {args.dtype}, ms per replay: {' | '.join(sides)} (max |d log p| against {sides[0]})")
     for shape in shapes:
-        cells = [f"{results[name][0][shape]:6.3f}" for name in sides]
+        cells = [f"{results[name][0][shape]:6.3f}" + (f" ({results[name][2][shape]})" if name == "auto" else "")
+                 for name in sides]  # fmt: skip
         diffs = [f"{float((results[name][1][shape] - first[shape]).abs().max()):.1e}" for name in sides[1:]]
         print(f"  {shape[0]:>2} rows x {shape[1]:>4} positions: {' | '.join(cells)}  ({', '.join(diffs) or '-'})")
     return 0

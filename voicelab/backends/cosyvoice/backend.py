@@ -236,7 +236,7 @@ def _joined(pieces: Iterator[np.ndarray]) -> np.ndarray:
 
 def create(settings: Settings) -> CosyVoiceBackend:
     """The registry's factory: ``--cosyvoice-dir`` (or ``--model-dir``) and ``--cosyvoice-code``."""
-    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,wave_slots=N,decode_kernels=torch|triton;
+    try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,wave_slots=N,decode_kernels=torch|triton|auto;
         # flow_graphs, flow_tf32, vocoder_graphs, decode_stream and first_audio_first: on|off
         wave_slots = _count(settings, "wave_slots", DEFAULT_WAVE_SLOTS)
         decode = DecodeChoice.parse(

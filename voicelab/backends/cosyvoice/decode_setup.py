@@ -9,10 +9,10 @@ from typing import Any
 
 from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher, install_batched_decode
 from voicelab.backends.cosyvoice.fast_decode import FastDecodeConfig, FastDecoder, fix_step_mask, install_fast_decode
-from voicelab.backends.cosyvoice.static_qwen import KERNELS
 from voicelab.errors import BackendLoadError
 
 MODES = ("auto", "on", "off")
+KERNELS = ("torch", "triton", "auto")
 
 
 @dataclass(frozen=True)
@@ -20,8 +20,9 @@ class DecodeChoice:
     """mode: "auto" (fast on CUDA, upstream's loop elsewhere), "on" or "off". slots: requests decoded together
     (1: one at a time, a second concurrent request runs upstream's loop; more: continuous batching). own_stream:
     the backend option ``decode_stream`` (off by default: the batcher steps on the default stream; see
-    ``batch_decode``). kernels: the backend option ``decode_kernels``, "torch" (the default) or "triton" (the
-    step's layers as ``fused_step``'s Triton kernels; CUDA only)."""
+    ``batch_decode``). kernels: the backend option ``decode_kernels``: "torch" (the default), "triton" (the
+    step's layers as ``fused_step``'s Triton kernels; CUDA only) or "auto" (on CUDA with Triton, each step shape
+    replays whichever of the two is faster where they agree, ``step_choice``; PyTorch's kernels elsewhere)."""
 
     mode: str = "auto"
     slots: int = 1
@@ -45,17 +46,26 @@ def prepare_llm(llm: Any, device: str, choice: DecodeChoice, mask_stops: bool) -
     Must run before ``upstream.install_guards`` wraps the sampler. ``None``: upstream's loop stays in charge."""
     fix_step_mask(llm.llm)
     if choice.mode == "off" or (choice.mode == "auto" and not device.startswith("cuda")):
-        if choice.kernels != "torch":
+        if choice.kernels == "triton":
             raise BackendLoadError("decode_kernels=triton runs on the fast decode path: leave fast_decode on (CUDA).")
         return None
-    if choice.kernels == "triton":
-        _check_triton(device)
+    kernels = resolve_kernels(choice.kernels, device)
     if choice.slots > 1:  # stepping only the rows in use: alone in 16 slots, 296 tokens/s, not 163 (1 slot: 270; H200)
         config = BatchConfig(
-            choice.slots, mask_stops=mask_stops, shrink_rows=True, own_stream=choice.own_stream, kernels=choice.kernels
+            choice.slots, mask_stops=mask_stops, shrink_rows=True, own_stream=choice.own_stream, kernels=kernels
         )
         return install_batched_decode(llm, config)
-    return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops, kernels=choice.kernels))
+    return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops, kernels=kernels))
+
+
+def resolve_kernels(kernels: str, device: str) -> str:
+    """What the step runner gets for the fast path on ``device``: ``triton`` checked (``BackendLoadError``), and
+    ``auto`` only where there is a choice to make (CUDA, where graphs are captured, with Triton installed)."""
+    if kernels == "triton":
+        _check_triton(device)
+    elif kernels == "auto" and not (device.startswith("cuda") and _triton_importable()):
+        return "torch"
+    return kernels
 
 
 def _check_triton(device: str) -> None:
@@ -63,10 +73,16 @@ def _check_triton(device: str) -> None:
     tests use) and Triton itself (it comes with PyTorch's CUDA builds)."""
     if not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
         raise BackendLoadError(f"decode_kernels=triton runs on a CUDA device, not {device}: leave it at torch there.")
-    try:
-        import triton  # noqa: F401
-    except ImportError as exc:
+    if not _triton_importable():
         raise BackendLoadError(
             "decode_kernels=triton needs the triton package (it comes with PyTorch's CUDA builds): install it, or "
-            "leave decode_kernels at torch."
-        ) from exc
+            "leave decode_kernels at auto or torch."
+        )
+
+
+def _triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True

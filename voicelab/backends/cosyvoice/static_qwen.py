@@ -31,7 +31,7 @@ from voicelab.backends.cosyvoice.kv_cache import StaticKvCache
 # at every length (1.69 against 1.90 ms at 512) (2026-12-05).
 VALUE_CHUNK = 64  # positions per partial sum (32 and 128 within 2 %)
 MIN_VALUE_PARTS = 8  # from 512 positions
-KERNELS = ("torch", "triton")
+KERNELS = ("torch", "triton", "auto")  # auto: both prepared, each step names its side (``step_choice``)
 
 
 class StaticQwen:
@@ -46,11 +46,16 @@ class StaticQwen:
         self.head_dim = cache.shape.head_dim
         self.scaling = self.head_dim**-0.5
         self.merged = [_MergedLayer.of(layer) for layer in self.layers]
-        if kernels == "triton" and not all(_is_silu(layer.act) for layer in self.merged):
+        silu = all(_is_silu(layer.act) for layer in self.merged)
+        if kernels == "triton" and not silu:
             raise ValueError("decode_kernels=triton fuses SiLU into the MLP; this model's activation is another")
+        # the kernels a step may run, the default first; auto offers Triton's only where it computes this model
+        self.sides = {"torch": ("torch",), "triton": ("triton",), "auto": ("torch", "triton") if silu else ("torch",)}[
+            kernels
+        ]
         # each layer's two RMSNorms as the fused kernels take them (weight, epsilon)
         self.folded_norms = (
-            [(_folded(m.input_norm), _folded(m.post_norm)) for m in self.merged] if kernels == "triton" else []
+            [(_folded(m.input_norm), _folded(m.post_norm)) for m in self.merged] if "triton" in self.sides else []
         )
 
     def _qkv(
@@ -84,16 +89,19 @@ class StaticQwen:
             hidden = self._mlp(layer, hidden)
         return self.norm(hidden[:, -1])
 
-    def step(self, embeds: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:
+    def step(self, embeds: torch.Tensor, positions: torch.Tensor, length: int, side: str | None = None) -> torch.Tensor:
         """One token for each of the cache's first ``slots`` slots: (slots, 1, hidden) inputs at (slots,)
         positions, attending over the first ``length`` cached positions; (slots, hidden) outputs after the
         final norm. No host sync, no allocation that depends on the data, so the call can be captured in a
-        CUDA graph."""
+        CUDA graph. ``side``: "torch" or "triton", one of ``sides`` (by default the first)."""
         slots = embeds.shape[0]
         shape = self.cache.shape
         cos, sin = self.rotary(embeds, positions.view(slots, 1))
         cos, sin = cos.view(slots, 1, self.head_dim), sin.view(slots, 1, self.head_dim)
-        if self.kernels == "triton":
+        side = side or self.sides[0]
+        if side not in self.sides:
+            raise ValueError(f"this step was prepared for {' and '.join(self.sides)} kernels, not {side!r}")
+        if side == "triton":
             return self._fused_step(embeds.view(slots, -1), positions, length, cos, sin)
         visible = torch.arange(length, device=embeds.device).view(1, length) <= positions.view(slots, 1)
         bias = torch.zeros(slots, length, dtype=embeds.dtype, device=embeds.device).masked_fill(~visible, -torch.inf)
