@@ -312,10 +312,10 @@ def test_decode_stream_option_is_on_or_off_in_one_sentence() -> None:
     assert not DecodeChoice().own_stream and "decode_stream=on|off" in HELP["backend_options"]
 
 
-def test_decode_kernels_option_is_torch_triton_or_auto_and_triton_needs_cuda_in_one_sentence(
+def test_decode_kernels_option_is_auto_torch_or_triton_and_triton_needs_cuda_in_one_sentence(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``decode_kernels`` (the step's layers as PyTorch's kernels, as Triton's, or per shape the faster) is torch by
+    """``decode_kernels`` (the step's layers as PyTorch's kernels, as Triton's, or per shape the faster) is auto by
     default; anything else is refused before anything loads, and triton is refused off CUDA and without the
     package, each in a sentence. auto asks for the choice only on CUDA with Triton installed: PyTorch's kernels
     elsewhere, never an error."""
@@ -324,10 +324,10 @@ def test_decode_kernels_option_is_torch_triton_or_auto_and_triton_needs_cuda_in_
     from voicelab.errors import BackendLoadError
     from voicelab.settings import HELP, Settings
 
-    sentence = "CosyVoice backend option: decode_kernels must be one of torch, triton, auto, not 'fast'."
+    sentence = "CosyVoice backend option: decode_kernels must be one of auto, torch, triton, not 'fast'."
     with pytest.raises(BackendLoadError, match=f"^{re.escape(sentence)}$"):
         create(Settings(backend="cosyvoice", backend_options="decode_kernels=fast"))
-    assert DecodeChoice().kernels == "torch" and "decode_kernels=torch|triton|auto" in HELP["backend_options"]
+    assert DecodeChoice().kernels == "auto" and "decode_kernels=auto|torch|triton" in HELP["backend_options"]
     assert DecodeChoice.parse("auto", "4", "triton").kernels == "triton"
     assert DecodeChoice.parse("auto", "4", "auto").kernels == "auto"
     assert resolve_kernels("auto", "cpu") == resolve_kernels("torch", "cpu") == "torch"

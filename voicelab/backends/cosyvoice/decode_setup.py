@@ -12,7 +12,7 @@ from voicelab.backends.cosyvoice.fast_decode import FastDecodeConfig, FastDecode
 from voicelab.errors import BackendLoadError
 
 MODES = ("auto", "on", "off")
-KERNELS = ("torch", "triton", "auto")
+KERNELS = ("auto", "torch", "triton")
 
 
 @dataclass(frozen=True)
@@ -20,17 +20,17 @@ class DecodeChoice:
     """mode: "auto" (fast on CUDA, upstream's loop elsewhere), "on" or "off". slots: requests decoded together
     (1: one at a time, a second concurrent request runs upstream's loop; more: continuous batching). own_stream:
     the backend option ``decode_stream`` (off by default: the batcher steps on the default stream; see
-    ``batch_decode``). kernels: the backend option ``decode_kernels``: "torch" (the default), "triton" (the
-    step's layers as ``fused_step``'s Triton kernels; CUDA only) or "auto" (on CUDA with Triton, each step shape
-    replays whichever of the two is faster where they agree, ``step_choice``; PyTorch's kernels elsewhere)."""
+    ``batch_decode``). kernels: the backend option ``decode_kernels``: "auto" (the default: on CUDA with Triton,
+    each step shape replays whichever of the two is faster where they agree, ``step_choice``; PyTorch's kernels
+    elsewhere), "torch" or "triton" (the step's layers as ``fused_step``'s Triton kernels; CUDA only)."""
 
     mode: str = "auto"
     slots: int = 1
     own_stream: bool = False  # the batcher's steps on a CUDA stream of their own (``batch_decode.py``)
-    kernels: str = "torch"
+    kernels: str = "auto"
 
     @classmethod
-    def parse(cls, mode: str, slots: str, kernels: str = "torch") -> DecodeChoice:
+    def parse(cls, mode: str, slots: str, kernels: str = "auto") -> DecodeChoice:
         """From the option strings; ``ValueError`` with one sentence for anything else."""
         if mode not in MODES:
             raise ValueError(f"fast_decode must be one of {', '.join(MODES)}, not {mode!r}")
