@@ -166,7 +166,7 @@ def test_an_unknown_kernel_choice_is_one_sentence(body: Any) -> None:
     from voicelab.backends.cosyvoice.static_qwen import StaticQwen
 
     cache = StaticKvCache(QwenShape.of(body.config), 1, 128, torch.float32, torch.device(DEVICE))
-    with pytest.raises(ValueError, match="decode_kernels must be one of torch, triton, auto, not 'cuda'"):
+    with pytest.raises(ValueError, match="decode_kernels must be one of auto, torch, triton, not 'cuda'"):
         StaticQwen(body, cache, "cuda")
 
 

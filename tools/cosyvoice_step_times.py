@@ -80,14 +80,8 @@ def side(
         runner.tokens.copy_(torch.randint(0, 6000, (16,), device=device, generator=gen))
         runner.positions.copy_(torch.randint(length // 2, length, (16,), device=device, generator=gen))
         logp[rows, length] = runner.step(length, rows)[:rows].float().clone()
-    return times, logp, {shape: runner.kernels_for.get(runner_shape(runner, shape), "eager") for shape in shapes}
-
-
-def runner_shape(runner: Any, shape: Shape) -> Shape:
-    """The captured (rows, length) bucket a shape runs in."""
-    from voicelab.backends.cosyvoice.kv_cache import fit
-
-    return fit(runner.row_buckets, shape[0], "slots"), runner.cache.bucket(shape[1])
+    chosen = {(rows, length): runner.kernels_for.get(runner.shape_of(length, rows), "eager") for rows, length in shapes}
+    return times, logp, chosen
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,10 +9,10 @@ from typing import Any
 
 from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher, install_batched_decode
 from voicelab.backends.cosyvoice.fast_decode import FastDecodeConfig, FastDecoder, fix_step_mask, install_fast_decode
+from voicelab.backends.cosyvoice.static_qwen import KERNELS
 from voicelab.errors import BackendLoadError
 
 MODES = ("auto", "on", "off")
-KERNELS = ("auto", "torch", "triton")
 
 
 @dataclass(frozen=True)

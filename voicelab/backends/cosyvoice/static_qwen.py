@@ -31,7 +31,7 @@ from voicelab.backends.cosyvoice.kv_cache import StaticKvCache
 # at every length (1.69 against 1.90 ms at 512) (2026-12-05).
 VALUE_CHUNK = 64  # positions per partial sum (32 and 128 within 2 %)
 MIN_VALUE_PARTS = 8  # from 512 positions
-KERNELS = ("torch", "triton", "auto")  # auto: both prepared, each step names its side (``step_choice``)
+KERNELS = ("auto", "torch", "triton")  # auto: both prepared, each step names its side (``step_choice``)
 
 
 class StaticQwen:

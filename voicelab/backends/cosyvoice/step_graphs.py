@@ -88,13 +88,17 @@ class StepRunner:
         """Advance slots 0..slots-1 by one token (``tokens``/``positions`` set by the caller); ``longest`` is
         the largest position + 1 among them. Returns ``logp`` (its first ``slots`` rows are this step's; all are
         overwritten by the next step). Rows and length are rounded up to their buckets."""
-        rows, bucket = fit(self.row_buckets, slots, "slots"), self.cache.bucket(longest)
+        rows, bucket = self.shape_of(longest, slots)
         graph = self.graphs.get((rows, bucket))
         if graph is not None:
             graph.replay()
         else:
             self._eager(rows, bucket)
         return self.logp
+
+    def shape_of(self, longest: int, slots: int) -> tuple[int, int]:
+        """The (rows, length) bucket a step of ``slots`` slots up to position ``longest`` runs in."""
+        return fit(self.row_buckets, slots, "slots"), self.cache.bucket(longest)
 
     @torch.inference_mode()
     def _capture_all(self, sides: tuple[str, ...]) -> None:
@@ -128,29 +132,30 @@ class StepRunner:
                  self.row_buckets, self.cache.buckets, chosen)  # fmt: skip
 
     def _usable_sides(self, sides: tuple[str, ...], shapes: list[tuple[int, int]]) -> tuple[str, ...]:
-        """The sides to capture. ``auto`` first runs Triton's step at every shape (each kernel compiled): if that
-        fails here (a Triton too old for the card, say), PyTorch's kernels alone, with a warning; a user who asked
-        for ``triton`` gets the error."""
-        if sides != ("torch", "triton"):
+        """The sides to capture. Triton's step first runs once at every shape, so that its kernels compile before
+        the timed warm-up: if that fails here (a Triton too old for the card, say), ``auto`` goes on with PyTorch's
+        kernels alone, with a warning; a user who asked for ``triton`` gets the error."""
+        if "triton" not in sides:
             return sides
         try:
             for shape in shapes:
                 self._eager(*shape, "triton")
             torch.cuda.synchronize()
         except Exception as exc:  # Triton's compiler raises its own types; auto has a fallback
+            if sides == ("triton",):
+                raise
             log.warning("decode_kernels=auto: the Triton step failed here, PyTorch's kernels only: %s", exc)
             return ("torch",)
         return sides
 
     def _warm_up(self, variants: list[tuple[tuple[int, int], str]]) -> dict[tuple[tuple[int, int], str], float]:
-        """Each variant's step on a side stream (kernels chosen and compiled, workspaces allocated outside the
-        graphs), then once more timed as its eager ms (a Triton kernel's first call includes its compilation)."""
+        """Each variant's step once on a side stream, timed as its eager ms: kernels chosen and workspaces
+        allocated outside the graphs (Triton's compiled before, ``_usable_sides``)."""
         side_stream = torch.cuda.Stream(device=self.cache.keys.device)
         side_stream.wait_stream(torch.cuda.current_stream())
         events = {v: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for v in variants}
         with torch.cuda.stream(side_stream):
             for (shape, side), (start, end) in events.items():
-                self._eager(*shape, side)
                 start.record()
                 self._eager(*shape, side)
                 end.record()
