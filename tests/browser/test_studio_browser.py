@@ -43,15 +43,20 @@ def open_studio(page: Any, app: RunningApp) -> None:
 
 
 TAKE_JS = "() => { const a = document.querySelector('#speak-audio a.download-link[href]'); return a ? a.href : ''; }"
+# Gradio's status tracker on the take's status line hides once the event has completed ("generating" until then).
+SETTLED_JS = "() => !!document.querySelector('#speak-meta .wrap.hide')"
 
 
 def generate(page: Any, text: str) -> str:
-    """Type, press Generate, and return the URL of the new take (a player still showing the last one is not it)."""
+    """Type, press Generate, and return the URL of the new take (a player still showing the last one is not it).
+    Returns only once the event has completed: the take shows a moment before, and Gradio ignores a second press
+    of a button whose event is still pending, so a caller generating twice in a row would lose its second take."""
     before = page.evaluate(TAKE_JS)
     page.fill("#speak-text textarea", text)
     page.click("#speak-generate")
     page.wait_for_function(f"(before) => {{ const now = ({TAKE_JS})(); return now && now !== before; }}", arg=before,
                            timeout=30000)  # fmt: skip
+    page.wait_for_function(SETTLED_JS, timeout=30000)
     return str(page.evaluate(TAKE_JS))
 
 
