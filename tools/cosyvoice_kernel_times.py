@@ -53,15 +53,17 @@ def per_call_us(fn: Callable[[], Any], device: str) -> float:
 
 @contextmanager
 def settings(tile: int, programs: int, dot_k: int) -> Iterator[None]:
-    """The launchers' block settings for the duration (module constants, restored after)."""
+    """The launchers' block settings for the duration (module constants, restored after); ``tile`` is the vector
+    form's (one row) and the broadcast form's (a few float32 rows)."""
     from voicelab.backends.cosyvoice import fused_step, step_kernels
 
-    kept = fused_step.VECTOR_TILE, step_kernels.TARGET_PROGRAMS, fused_step.DOT_K
-    fused_step.VECTOR_TILE, step_kernels.TARGET_PROGRAMS, fused_step.DOT_K = tile, programs, dot_k
+    kept = fused_step.VECTOR_TILE, fused_step.BROADCAST_TILE, step_kernels.TARGET_PROGRAMS, fused_step.DOT_K
+    fused_step.VECTOR_TILE = fused_step.BROADCAST_TILE = tile
+    step_kernels.TARGET_PROGRAMS, fused_step.DOT_K = programs, dot_k
     try:
         yield
     finally:
-        fused_step.VECTOR_TILE, step_kernels.TARGET_PROGRAMS, fused_step.DOT_K = kept
+        fused_step.VECTOR_TILE, fused_step.BROADCAST_TILE, step_kernels.TARGET_PROGRAMS, fused_step.DOT_K = kept
 
 
 def projections(hidden: int, intermediate: int) -> dict[str, tuple[int, int, bool]]:
@@ -79,7 +81,7 @@ def linear_row(name: str, n: int, k: int, glu: bool, rows: int, args: argparse.N
     import torch
     import torch.nn.functional as F
 
-    from voicelab.backends.cosyvoice import fused_step, step_kernels
+    from voicelab.backends.cosyvoice import fused_step
 
     dtype = getattr(torch, args.dtype)
     x = torch.randn(rows, k, device=args.device, dtype=dtype)
@@ -104,11 +106,12 @@ def linear_row(name: str, n: int, k: int, glu: bool, rows: int, args: argparse.N
         f"  triton {ours:8.1f} us ({gigabytes / ours:5.0f} GB/s, max |d| {error:.1e})"
     )
     if args.sweep:
-        kept = (fused_step.VECTOR_TILE, step_kernels.TARGET_PROGRAMS, fused_step.DOT_K)
+        tiled = rows == 1 or (args.dtype == "float32" and rows <= fused_step.BROADCAST_ROWS)  # not tl.dot
+        tile = fused_step.VECTOR_TILE if rows == 1 else fused_step.BROADCAST_TILE
         grid = (
-            itertools.product(TILES, PROGRAMS, (kept[2],))
-            if rows == 1
-            else itertools.product((kept[0],), PROGRAMS, DOT_KS)
+            itertools.product(TILES, PROGRAMS, (fused_step.DOT_K,))
+            if tiled
+            else itertools.product((tile,), PROGRAMS, DOT_KS)
         )
         timed = []
         for tile, programs, dot_k in grid:

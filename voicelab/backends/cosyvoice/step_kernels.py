@@ -16,9 +16,10 @@ Here each layer is:
 - ``linear`` with the residual added: the down projection.
 
 A linear kernel reads each weight once for every row (up to 16: the decode slots). One row takes the vector form
-(products summed along K in float32); more rows take ``tl.dot`` over 16 padded rows, in IEEE float32 for float32
-weights (not TF32: the step's numbers stay float32's) and on tensor cores for bfloat16/float16 weights, with float32
-accumulation either way. Kernels are chosen by shape only, so a step captures in a CUDA graph as before.
+(products summed along K in float32); up to 16 float32 rows the same products broadcast over the rows (IEEE float32
+on the CUDA cores: not TF32, so the step's numbers stay float32's; ``tl.dot`` in IEEE float32 took 6.1-6.8 ms a step
+on an H100); half-precision rows take ``tl.dot`` over 16 padded rows on the tensor cores, accumulating in
+float32. Kernels are chosen by shape only, so a step captures in a CUDA graph as before.
 """
 
 from __future__ import annotations
@@ -29,11 +30,17 @@ import triton.language as tl
 TARGET_PROGRAMS = 264  # about two programs per streaming multiprocessor (132 on an H100/H200)
 
 
+VECTOR, BROADCAST, DOT = 0, 1, 2  # how ``_linear`` multiplies (``FORM``): one row, a few float32 rows, tl.dot
+
+
 @triton.jit
-def _product(x, w, ROWS_ONE: tl.constexpr, IEEE: tl.constexpr):
-    """(rows, K) x (N, K) -> (rows, N) in float32."""
-    if ROWS_ONE:
+def _product(x, w, FORM: tl.constexpr, IEEE: tl.constexpr):
+    """(rows, K) x (N, K) -> (rows, N) in float32: one row as products summed along K; a few rows the same way,
+    broadcast over the rows (the weight tile read once, no padding to 16 rows, CUDA cores); or ``tl.dot``."""
+    if FORM == 0:
         result = tl.sum(x.to(tl.float32) * w.to(tl.float32), axis=1)[None, :]
+    elif FORM == 1:
+        result = tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
     elif IEEE:
         result = tl.dot(x, tl.trans(w), input_precision="ieee")
     else:
@@ -47,7 +54,7 @@ def _linear(
     rows, n, up_offset, eps,
     stride_x, stride_w, stride_out, stride_residual,
     K: tl.constexpr, NORM: tl.constexpr, BIAS: tl.constexpr, RESIDUAL: tl.constexpr, GLU: tl.constexpr,
-    IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    IEEE: tl.constexpr, FORM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """out[m, j] = residual[m, j] + bias[j] + sum_k norm(x)[m, k] w[j, k]; with GLU, silu(that) * the same
     product with weight row j + up_offset (no bias or residual)."""
@@ -74,10 +81,10 @@ def _linear(
         x = x.to(w_ptr.dtype.element_ty)
         w_mask = col_ok[:, None] & k_ok[None, :]
         w = tl.load(w_ptr + cols[:, None] * stride_w + ks[None, :], w_mask, 0.0)
-        acc += _product(x, w, BLOCK_M == 1, IEEE)
+        acc += _product(x, w, FORM, IEEE)
         if GLU:
             w_up = tl.load(w_ptr + (cols + up_offset)[:, None] * stride_w + ks[None, :], w_mask, 0.0)
-            up += _product(x, w_up, BLOCK_M == 1, IEEE)
+            up += _product(x, w_up, FORM, IEEE)
     if BIAS:
         acc += tl.load(bias_ptr + cols, col_ok, 0.0).to(tl.float32)[None, :]
     if GLU:
