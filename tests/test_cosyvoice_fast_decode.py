@@ -93,6 +93,38 @@ def test_sampling_draws_upstreams_token_for_every_seed() -> None:
             assert len(drawn) > 1 or (name in ("peaked", "bf16") and not decoded), (name, decoded)  # seeds matter
 
 
+def test_rows_drawn_together_equal_each_row_drawn_alone() -> None:
+    """A decode step's rows sampled at once (each from its own generator, some below min_len, two with their
+    likeliest token just decoded, so upstream's whole-softmax redraw fires) give each row's token drawn alone, and
+    the log-probabilities are left as they were."""
+    import torch
+
+    from voicelab.backends.cosyvoice.sampling import RasParams, Row, TokenRules, ras_sample
+
+    rules = TokenRules(RasParams(), frozenset({6561}), 6561, torch.tensor([6562, 6563]))
+    gen = torch.Generator().manual_seed(3)
+    sharpness = torch.tensor([[1.0], [8.0], [2.0], [8.0], [0.5], [4.0]])
+    for dtype in (torch.float32, torch.bfloat16):
+        logp = (torch.randn(6, 6564, generator=gen) * sharpness).to(dtype).log_softmax(1)
+        likely = logp.float().argmax(1).tolist()
+        history = [[], [likely[1]] * 3, [1, 2], [likely[3]], list(range(40)), [7, likely[5]]]
+        redrawn = 0
+        for seed in range(8):
+            rows = [Row(decoded, 2, torch.Generator().manual_seed(seed * 10 + i)) for i, decoded in enumerate(history)]
+            before = logp.clone()
+            together = rules.sample_rows(logp, rows)
+            assert torch.equal(logp, before)
+            for index, decoded in enumerate(history):
+                scores = logp[index].clone()
+                scores[[6562, 6563]] = -float("inf")
+                if len(decoded) < 2:
+                    scores[6561] = -float("inf")
+                alone = ras_sample(scores, decoded, rules.params, torch.Generator().manual_seed(seed * 10 + index))
+                assert together[index] == alone, (dtype, seed, index)
+            redrawn += (together[1] != likely[1]) + (together[3] != likely[3])
+        assert redrawn, "the repetition rule never replaced a token, so its batched redraw went untested"
+
+
 def test_nucleus_size_adds_in_the_scores_dtype() -> None:
     from voicelab.backends.cosyvoice.sampling import nucleus_size
 

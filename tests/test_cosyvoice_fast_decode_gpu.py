@@ -255,3 +255,33 @@ def test_batched_greedy_equals_upstream(llm: Any, shrink_rows: bool) -> None:
     finally:
         batcher.close()
     assert results == upstream
+
+
+def test_a_batched_step_waits_for_the_device_twice_whatever_its_rows(llm: Any) -> None:
+    """Three requests decoded side by side: every row of a step is sampled at once, so the host waits for the
+    device about twice a step (the rows' top-k probabilities, then their tokens), where each row alone waited six
+    or seven times a token (counted by ``torch.cuda.set_sync_debug_mode``)."""
+    import warnings
+
+    from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher
+
+    prompts = [torch.randn(1, 60 + 20 * i, llm.llm_input_size, device="cuda") * 0.05 for i in range(3)]
+    batcher = DecodeBatcher(llm, BatchConfig(slots=4, capacity=1024, mask_stops=True))  # no early stop id
+    try:
+        list(batcher.decode(prompts[0], 4, 4, seed=1))  # graphs and caches warmed outside the count
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode(1)
+            try:
+                decoded = run_concurrently(
+                    [functools.partial(lambda p, s: list(batcher.decode(p, 40, 40, seed=s)), p, i)
+                     for i, p in enumerate(prompts)], timeout_s=600)  # fmt: skip
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+    finally:
+        batcher.close()
+    tokens = sum(len(d) for d in decoded)
+    syncs = [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+    assert tokens == 120
+    where = {line: syncs.count(line) for line in set(syncs)}
+    assert 40 <= len(syncs) <= 2 * 40 + 40, f"{len(syncs)} waits over {tokens} tokens in about 40 steps: {where}"

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache, decode_room
-from voicelab.backends.cosyvoice.sampling import TokenRules
+from voicelab.backends.cosyvoice.sampling import Row, TokenRules
 from voicelab.backends.cosyvoice.step_graphs import StepRunner
 
 log = logging.getLogger(__name__)
@@ -158,34 +158,44 @@ class DecodeBatcher:
             self.active[slot] = request
 
     def _advance(self) -> None:
-        """Sample every active request's next token, retire finished ones, step the rest together."""
-        tokens = [0] * self.config.slots
-        positions = [0] * self.config.slots
-        for slot, request in list(self.active.items()):
-            token = self._next(request)
-            if token is None:
-                del self.active[slot]
-                request.out.put(_END)
+        """Sample every active request's next token (all rows at once), retire finished ones, step the rest
+        together."""
+        for slot in [slot for slot, request in self.active.items() if self._done(request)]:
+            self._retire(slot)
+        live = list(self.active.items())
+        rows = [Row(request.decoded, request.min_len, request.generator) for _, request in live]
+        drawn = self.rules.sample_rows(torch.stack([request.logp for _, request in live]), rows) if live else []
+        tokens, positions = [0] * self.config.slots, [0] * self.config.slots
+        for (slot, request), token in zip(live, drawn, strict=True):
+            if token in self.rules.stop_ids:
+                self._retire(slot)
                 continue
+            request.decoded.append(token)
             request.out.put(token)
             tokens[slot], positions[slot] = token, request.length + len(request.decoded) - 1
         if not self.active:
             return
-        self.runner.tokens.copy_(torch.tensor(tokens))
-        self.runner.positions.copy_(torch.tensor(positions))
+        _copy_in(tokens, self.runner.tokens)
+        _copy_in(positions, self.runner.positions)
         logp = self.runner.step(max(positions[slot] for slot in self.active) + 1, max(self.active) + 1)
         for slot, request in self.active.items():
             request.logp = logp[slot]
 
-    def _next(self, request: _Request) -> int | None:
-        """The request's next token, or ``None`` when it is done (stop id, ``max_len``, abandoned)."""
-        if request.abandoned or request.logp is None or len(request.decoded) >= request.max_len:
-            return None
-        token = self.rules.sample(request.logp, request.decoded, request.min_len, request.generator)
-        if token in self.rules.stop_ids:
-            return None
-        request.decoded.append(token)
-        return token
+    def _done(self, request: _Request) -> bool:
+        """Abandoned, not yet prefilled, or at ``max_len``: no token to draw."""
+        return request.abandoned or request.logp is None or len(request.decoded) >= request.max_len
+
+    def _retire(self, slot: int) -> None:
+        self.active.pop(slot).out.put(_END)
+
+
+def _copy_in(values: list[int], into: torch.Tensor) -> None:
+    """Host values into a device buffer without waiting for the device: from pinned memory, in stream order (a
+    copy from pageable memory waits for all queued work first)."""
+    host = torch.tensor(values, dtype=into.dtype)
+    if into.is_cuda:
+        host = host.pin_memory()
+    into.copy_(host, non_blocking=into.is_cuda)
 
 
 def install_batched_decode(llm: Any, config: BatchConfig) -> DecodeBatcher:

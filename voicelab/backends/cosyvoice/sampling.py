@@ -9,13 +9,18 @@ computes as ``argmax(p / q)`` with ``q ~ Exp(1)`` drawn from the device's genera
 the same generator in the same order, so a fixed seed gives upstream's token. The softmax, sort, noise and argmax
 run on the scores' device; only the top-``k`` running sum (at most 25 additions) and the window count run on the
 host, where their arithmetic is the same as upstream's.
+
+``TokenRules.sample_rows`` draws every row of a decode step at once, each from its own generator, with the same
+operations per row as ``ras_sample``: the host waits for the device twice a step (the top-``k`` probabilities of all
+rows, then their tokens) and once more only when a row's token repeats, where one row alone waited six or seven
+times (a Python scalar written into a device tensor is a blocking copy; so is a device tensor used as an index).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -102,8 +107,7 @@ def ras_sample(
     """Upstream's ``ras_sampling(scores, decoded, ...)``; like upstream it writes -inf into ``scores`` when the
     nucleus token repeats too often, then draws again over the rest."""
     token = nucleus_sample(scores, params, generator)
-    window = list(decoded[-params.win_size :])
-    if window.count(token) >= params.win_size * params.tau_r:
+    if _too_frequent(token, decoded, params):
         scores[token] = -float("inf")
         token = random_sample(scores, generator)
     return token
@@ -132,9 +136,47 @@ class TokenRules:
         self, logp: torch.Tensor, decoded: Sequence[int], min_len: int, generator: torch.Generator | None = None
     ) -> int:
         """The next token after ``decoded`` from its (vocabulary,) log-probabilities (left unchanged)."""
+        return self.sample_rows(logp[None], [Row(decoded, min_len, generator)])[0]
+
+    def sample_rows(self, logp: torch.Tensor, rows: Sequence[Row]) -> list[int]:
+        """Each row's next token from its row of (rows, vocabulary) log-probabilities (left unchanged): what
+        ``sample`` draws for each alone, from the row's own generator, with two waits for the device in all."""
         scores = logp.clone()
         if self.banned is not None:
-            scores[self.banned] = -float("inf")
-        if len(decoded) < min_len:
-            scores[self.end_id] = -float("inf")
-        return ras_sample(scores, decoded, self.params, generator)
+            scores.index_fill_(1, self.banned, -float("inf"))
+        for index, row in enumerate(rows):
+            if len(row.decoded) < row.min_len:
+                scores[index, self.end_id].fill_(-float("inf"))
+        values, indices = scores.softmax(dim=1).sort(dim=1, descending=True, stable=True)
+        top = values[:, : self.params.top_k]
+        ratios = torch.full_like(top, -float("inf"))  # argmax(p / q) over each row's nucleus, as multinomial(1)
+        for index, (row, top_host) in enumerate(zip(rows, top.cpu(), strict=True)):
+            count = nucleus_size(top_host, self.params.top_p, self.params.top_k)
+            noise = torch.empty_like(top[index, :count]).exponential_(1, generator=row.generator)
+            torch.div(top[index, :count], noise, out=ratios[index, :count])
+        tokens = indices.gather(1, ratios.argmax(dim=1, keepdim=True)).squeeze(1).tolist()
+        repeated = [i for i, row in enumerate(rows) if _too_frequent(tokens[i], row.decoded, self.params)]
+        if repeated:  # upstream then draws over the whole softmax, that token excluded
+            for index in repeated:
+                scores[index, tokens[index]].fill_(-float("inf"))
+            prob = torch.stack([scores[index] for index in repeated]).softmax(dim=1)  # a list index would copy
+            noise = torch.stack([
+                torch.empty_like(prob[0]).exponential_(1, generator=rows[index].generator) for index in repeated
+            ])  # fmt: skip
+            for index, token in zip(repeated, (prob / noise).argmax(dim=1).tolist(), strict=True):
+                tokens[index] = token
+        return tokens
+
+
+class Row(NamedTuple):
+    """One request's state for ``sample_rows``: the tokens it decoded, its ``min_len`` and its generator (``None``:
+    the device's default one, upstream's)."""
+
+    decoded: Sequence[int]
+    min_len: int
+    generator: torch.Generator | None
+
+
+def _too_frequent(token: int, decoded: Sequence[int], params: RasParams) -> bool:
+    """Upstream's repetition rule: ``token`` occurs ``win_size * tau_r`` times or more in the last ``win_size``."""
+    return list(decoded[-params.win_size :]).count(token) >= params.win_size * params.tau_r
