@@ -164,7 +164,8 @@ class DecodeBatcher:
             self._retire(slot)
         live = list(self.active.items())
         rows = [Row(request.decoded, request.min_len, request.generator) for _, request in live]
-        drawn = self.rules.sample_rows(torch.stack([request.logp for _, request in live]), rows) if live else []
+        logps = [request.logp for _, request in live if request.logp is not None]  # all of them: none is _done
+        drawn = self.rules.sample_rows(torch.stack(logps), rows) if live else []
         tokens, positions = [0] * self.config.slots, [0] * self.config.slots
         for (slot, request), token in zip(live, drawn, strict=True):
             if token in self.rules.stop_ids:
