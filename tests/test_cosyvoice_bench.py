@@ -131,6 +131,28 @@ def test_request_profile_reads_a_whole_requests_stages_and_counts_syncs_by_line(
     assert text and rate == 16000 and abs(first.size - again.size - 0.04 * 16000) <= 1  # the same clip, cut later
 
 
+def test_request_profile_times_a_steps_sampling_alone_and_draws_each_rows_token() -> None:
+    from collections.abc import Sequence
+
+    import torch
+
+    from tools.cosyvoice_request_profile import sampling_ms
+    from voicelab.backends.cosyvoice.sampling import RasParams, Row, TokenRules
+
+    drawn: list[list[int]] = []
+
+    class Recorded(TokenRules):
+        def sample_rows(self, logp: torch.Tensor, rows: Sequence[Row]) -> list[int]:
+            drawn.append(super().sample_rows(logp, rows))
+            return drawn[-1]
+
+    rules = Recorded(RasParams(), frozenset({6561}), 6561, None)
+    ms = sampling_ms(rules, 6564, 4, torch.zeros(1), repeats=5)
+    assert 0 < ms < 1000
+    assert len(drawn) == 8 and all(len(tokens) == 4 and all(0 <= t < 6564 for t in tokens) for tokens in drawn)
+    assert len({tuple(tokens) for tokens in drawn}) > 1  # each call draws anew from the rows' generators
+
+
 def test_host_memory_phases_repeat_one_request_then_vary_the_text_then_the_voice(tmp_path: Path) -> None:
     from tools.cosyvoice_host_memory import phases
 

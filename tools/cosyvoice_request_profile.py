@@ -9,7 +9,9 @@ with a Mandarin text of ``--chars`` characters. Each line: the new voice's featu
 time per token, the flow's and the vocoder's spans, the whole request and its RTF, in ms from the request's start
 (the device synchronised around each stage, so the spans are the stages' own). One more request then runs under
 ``torch.cuda.set_sync_debug_mode``: every operation that waited for the device, counted by source line, over the
-tokens it decoded. The first run carries one-off warm-up; the p50 line leaves out the first two. No engine, no IPC.
+tokens it decoded. Last, one step's sampling alone (``TokenRules.sample_rows`` on random log-probabilities, 1 and
+``--slots`` rows, the device synchronised around it): what a token costs besides the step's replay and the host's
+gaps. The first run carries one-off warm-up; the p50 line leaves out the first two. No engine, no IPC.
 """
 
 from __future__ import annotations
@@ -99,6 +101,24 @@ def one_request(
     return stages(list(marks), start, features_end, end, sum(a.size for a in audio) / SAMPLE_RATE)
 
 
+def sampling_ms(rules: Any, vocab: int, rows: int, like: Any, repeats: int = 50) -> float:
+    """Median ms of one step's sampling of ``rows`` rows (each with its own generator and a ten-token history)
+    from random log-probabilities in ``like``'s dtype and device; ``sample_rows`` ends by reading the tokens, so
+    each call's time is its own."""
+    import torch
+
+    from voicelab.backends.cosyvoice.sampling import Row
+
+    logp = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)).mul(4).log_softmax(1).to(like)
+    states = [Row(list(range(i, i + 10)), 0, torch.Generator(like.device).manual_seed(i)) for i in range(rows)]
+    times = []
+    for _ in range(repeats + 3):
+        start = time.perf_counter()
+        rules.sample_rows(logp, states)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times[3:])
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -143,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         sources = sync_sources(caught)
         counts = dict(sources.most_common(12))
         print(f"host syncs: {sum(sources.values())} over {line.tokens} tokens; by line: {counts}")
+    decoder = runtime.decoder
+    if decoder is not None:
+        logp = decoder.runner.logp
+        alone = {rows: sampling_ms(decoder.rules, logp.shape[-1], rows, logp) for rows in sorted({1, args.slots})}
+        print("sampling alone, ms a step: " + ", ".join(f"{rows} rows {ms:.3f}" for rows, ms in alone.items()))
     runtime.close()
     return 0
 
