@@ -247,6 +247,7 @@ def test_a_batch_of_different_requests_equals_each_run_alone(llm: Any) -> None:
     batcher = DecodeBatcher(llm, BatchConfig(slots=2, capacity=128))  # three requests, two slots: one waits
     try:
         alone = [list(batcher.decode(p, lo, hi, seed=s)) for p, lo, hi, s in jobs]
+        cycles_alone = dict(batcher.cycles.count)
 
         def decoded(job: tuple[Any, int, int, int]) -> list[int]:
             prompt, low, high, seed = job
@@ -257,7 +258,24 @@ def test_a_batch_of_different_requests_equals_each_run_alone(llm: Any) -> None:
         batcher.close()
     assert together == alone
     assert [len(tokens) for tokens in alone] == [12, 6, 16]
+    assert cycles_alone == {1: 34}  # a cycle per token, one row each
+    rows = {n: count - cycles_alone.get(n, 0) for n, count in batcher.cycles.count.items()}
+    assert rows.get(2, 0) > 0 and sum(n * count for n, count in rows.items()) == 34  # side by side: two rows a cycle
+    assert "2 rows" in batcher.cycles.line()
     assert len({tuple(t[:6]) for t in alone}) == 3
+
+
+def test_cycle_times_log_the_mean_by_row_count_then_start_again(caplog: pytest.LogCaptureFixture) -> None:
+    from voicelab.backends.cosyvoice.batch_decode import CycleTimes
+
+    cycles = CycleTimes(every=4)
+    with caplog.at_level("DEBUG", logger="voicelab.backends.cosyvoice.batch_decode"):
+        for rows, seconds in ((1, 0.0016), (16, 0.010), (16, 0.012), (1, 0.0018), (2, 0.002)):
+            cycles.add(rows, seconds)
+    assert [r.getMessage() for r in caplog.records] == [
+        "decode cycles, ms by rows: 1 rows 1.70 (x2), 16 rows 11.00 (x2)"
+    ]
+    assert cycles.count == {2: 1}
 
 
 @pytest.mark.parametrize("shrink_rows", [False, True])

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -67,6 +68,32 @@ class BatchConfig:
     kernels: str = "torch"
 
 
+@dataclass
+class CycleTimes:
+    """The driver's cycles (sample every active row, step them) by row count: how long each took on the host's
+    clock from sampling to the step's launch, which includes waiting for the previous step's device work. Set
+    against the step's replay alone (``tools.cosyvoice_step_times``), it says whether a batch is bound by the device
+    or by the host (Python, the GIL shared with the requests' own threads). Logged at DEBUG every ``every`` cycles."""
+
+    every: int = 2000
+    count: dict[int, int] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+
+    def add(self, rows: int, seconds: float) -> None:
+        self.count[rows] = self.count.get(rows, 0) + 1
+        self.seconds[rows] = self.seconds.get(rows, 0.0) + seconds
+        if sum(self.count.values()) >= self.every:
+            log.debug("decode cycles, ms by rows: %s", self.line())
+            self.count.clear()
+            self.seconds.clear()
+
+    def line(self) -> str:
+        return ", ".join(
+            f"{rows} rows {1000 * self.seconds[rows] / self.count[rows]:.2f} (x{self.count[rows]})"
+            for rows in sorted(self.count)
+        )
+
+
 class DecodeBatcher:
     """Thread-safe: any number of threads call ``decode``; one driver thread runs the device work."""
 
@@ -82,6 +109,7 @@ class DecodeBatcher:
         self.wake = threading.Condition()
         self.closed = False
         self.seed_source: Callable[[], int | None] = lambda: None  # the calling request's seed (upstream.py sets it)
+        self.cycles = CycleTimes()
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" and config.own_stream else None
         self.driver = threading.Thread(target=self._drive, name="voicelab-llm-batch", daemon=True)
         self.driver.start()
@@ -162,7 +190,7 @@ class DecodeBatcher:
         together."""
         for slot in [slot for slot, request in self.active.items() if self._done(request)]:
             self._retire(slot)
-        live = list(self.active.items())
+        live, start = list(self.active.items()), time.perf_counter()
         rows = [Row(request.decoded, request.min_len, request.generator) for _, request in live]
         logps = [request.logp for _, request in live if request.logp is not None]  # all of them: none is _done
         drawn = self.rules.sample_rows(torch.stack(logps), rows) if live else []
@@ -181,6 +209,7 @@ class DecodeBatcher:
         logp = self.runner.step(max(positions[slot] for slot in self.active) + 1, max(self.active) + 1)
         for slot, request in self.active.items():
             request.logp = logp[slot]
+        self.cycles.add(len(live), time.perf_counter() - start)
 
     def _done(self, request: _Request) -> bool:
         """Abandoned, not yet prefilled, or at ``max_len``: no token to draw."""
