@@ -114,3 +114,59 @@ def test_tf32_is_set_only_inside_the_block_and_a_wrong_option_is_one_sentence() 
     assert GraphedEstimator(ToyEstimator()).tf32 and not GraphedEstimator(ToyEstimator(), tf32=False).tf32
     with pytest.raises(BackendLoadError, match=r"^CosyVoice backend option: flow_tf32 must be on or off, not 'yes'\.$"):
         create(Settings(backend="cosyvoice", backend_options="flow_tf32=yes"))
+
+
+def test_flow_half_runs_the_estimator_in_float16_and_answers_in_float32() -> None:
+    """``flow_half=on``: the estimator's weights in float16 once, every call cast in and its output cast back, so
+    upstream's flow still gets float32 frames, near float32's (a small convolution: within 1e-2 of the scale) and not
+    equal to them (the float16 path really ran); the option takes on or off only."""
+    import copy
+
+    import pytest
+
+    from voicelab.backends.cosyvoice.backend import create
+    from voicelab.errors import BackendLoadError
+    from voicelab.settings import Settings
+
+    torch.manual_seed(0)
+    toy = ToyEstimator()
+    graphed = GraphedEstimator(copy.deepcopy(toy), half=True)
+    assert graphed.float16 and graphed.estimator.conv.weight.dtype == torch.float16
+    assert not GraphedEstimator(ToyEstimator()).float16
+    x, mu = torch.randn(2, 80, 90), torch.randn(2, 80, 90)
+    mask, t, spks = torch.ones(2, 1, 90), torch.rand(2), torch.randn(2, 80)
+    ours, reference = graphed(x, mask, mu, t, spks, mu), toy(x, mask, mu, t, spks, mu)
+    assert ours.dtype == torch.float32
+    difference = float((ours - reference).abs().max() / reference.abs().max())
+    assert 0 < difference < 1e-2, difference
+    with pytest.raises(BackendLoadError, match=r"^CosyVoice backend option: flow_half must be on or off, not '1'\.$"):
+        create(Settings(backend="cosyvoice", backend_options="flow_half=1"))
+
+
+def test_flow_half_keeps_upstreams_estimator_within_three_hundredths_of_float32() -> None:
+    """CosyVoice2's estimator (upstream's code, small and random) in float16 against float32 on the CPU: its
+    velocity within 3e-2 of the output's scale (2.1e-2 measured on 2026-12-05; bfloat16 was 0.25)."""
+    import copy
+    import io
+
+    from tests.fixture_cosyvoice_llm import require_upstream
+
+    require_upstream()
+    from hyperpyyaml import load_hyperpyyaml
+
+    from voicelab.backends.cosyvoice.random_yaml import CFM, COMMON, FLOW2
+    from voicelab.backends.cosyvoice.upstream import block_downloads
+
+    block_downloads()
+    torch.manual_seed(0)
+    text = COMMON + FLOW2.format(cfm=CFM, encoder_blocks=1, mid_blocks=1)
+    estimator = load_hyperpyyaml(io.StringIO(text))["flow"].decoder.estimator.eval()
+    gen = torch.Generator().manual_seed(1)
+    x, mu, cond = (torch.randn(2, 80, 150, generator=gen) for _ in range(3))
+    inputs = (x, torch.ones(2, 1, 150), mu, torch.rand(2, generator=gen), torch.randn(2, 80, generator=gen), cond)
+    with torch.inference_mode():
+        reference = estimator(*inputs)
+        ours = GraphedEstimator(copy.deepcopy(estimator), half=True)(*inputs)
+    assert ours.dtype == torch.float32
+    difference = float((ours - reference).abs().max() / reference.abs().max())
+    assert 0 < difference < 3e-2, difference

@@ -237,7 +237,7 @@ def _joined(pieces: Iterator[np.ndarray]) -> np.ndarray:
 def create(settings: Settings) -> CosyVoiceBackend:
     """The registry's factory: ``--cosyvoice-dir`` (or ``--model-dir``) and ``--cosyvoice-code``."""
     try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,wave_slots=N,decode_kernels=auto|torch|triton;
-        # flow_graphs, flow_tf32, vocoder_graphs, decode_stream and first_audio_first: on|off
+        # flow_graphs, flow_tf32, flow_half, vocoder_graphs, decode_stream and first_audio_first: on|off
         wave_slots = _count(settings, "wave_slots", DEFAULT_WAVE_SLOTS)
         decode = DecodeChoice.parse(
             settings.backend_option("fast_decode", "auto"),
@@ -245,6 +245,7 @@ def create(settings: Settings) -> CosyVoiceBackend:
             settings.backend_option("decode_kernels", "auto"),
         )
         decode = replace(decode, own_stream=_on_off(settings, "decode_stream", default="off"))
+        flow_half = _on_off(settings, "flow_half", default="off")
         flow_graphs, flow_tf32, vocoder_graphs, first_audio_first = (
             _on_off(settings, name) for name in ("flow_graphs", "flow_tf32", "vocoder_graphs", "first_audio_first")
         )
@@ -260,6 +261,7 @@ def create(settings: Settings) -> CosyVoiceBackend:
         decode=decode,
         flow_graphs=flow_graphs,
         flow_tf32=flow_tf32,
+        flow_half=flow_half,
         first_audio_first=first_audio_first,
         wave_slots=wave_slots,
         vocoder_graphs=vocoder_graphs,

@@ -27,6 +27,11 @@ prefill, stay full float32). On the H200 a replay took 7.1 instead of 10.3 ms at
 26.0 at 1,024, its frames within 1.5e-3 of the float32 call's scale (bfloat16 weights: 4.8 ms but 0.1-0.2 off;
 ``torch.compile`` under the graph: 6.2 ms after an 88 s compile at every load; neither taken). The equality check
 at capture compares against the eager call in the same precision: it proves the capture and the padding.
+
+float16 (``half``, the backend option ``flow_half``, off by default): the estimator's weights are cast to float16
+once and every call, graphed or eager, runs in float16 with its inputs cast in and its output cast back, as
+upstream's own fp16 mode runs the flow and NVIDIA's TensorRT flow does. On the CPU a small random estimator's
+output stayed within 2.1e-2 of float32's scale in float16 (bfloat16: 0.25), ``tests/test_cosyvoice_flow_graphs.py``.
 """
 
 from __future__ import annotations
@@ -73,11 +78,18 @@ class _Bucket:
 class GraphedEstimator(torch.nn.Module):
     """``estimator`` (upstream's ``CausalConditionalDecoder`` or DiT) behind bucketed CUDA graphs on CUDA."""
 
-    def __init__(self, estimator: torch.nn.Module, buckets: tuple[int, ...] = FRAME_BUCKETS, tf32: bool = True) -> None:
+    def __init__(
+        self,
+        estimator: torch.nn.Module,
+        buckets: tuple[int, ...] = FRAME_BUCKETS,
+        tf32: bool = True,
+        half: bool = False,
+    ) -> None:
         super().__init__()
-        self.estimator = estimator
+        self.estimator = estimator.half() if half else estimator
         self.buckets = buckets
         self.tf32 = tf32  # graphs captured with TF32 matmuls
+        self.float16 = half  # weights and every call in float16 (``half`` would hide nn.Module.half)
         self.captured: dict[tuple[int, bool], _Bucket | None] = {}  # (frames, streamed); None: runs eagerly
         self.reports: list[GraphBucket] = []
         self.lock = threading.Lock()
@@ -94,18 +106,24 @@ class GraphedEstimator(torch.nn.Module):
                 spks: torch.Tensor | None = None, cond: torch.Tensor | None = None,
                 streaming: bool = False) -> torch.Tensor:  # fmt: skip
         inputs = (x, mask, mu, t, spks, cond)
-        frames = int(x.shape[2])
+        frames, given = int(x.shape[2]), x.dtype
         bucket = bucket_for(self.buckets, frames)
         autocast = torch.is_autocast_enabled("cuda")  # its weight cache must not be captured (float16 mode)
         if autocast or not x.is_cuda or spks is None or cond is None or bucket is None:
-            return self.estimator(*inputs, streaming=streaming)
+            return self._eager(inputs, streaming).to(given)
         with self.lock:
             entry = self.captured.get((bucket, streaming))
             if entry is not None:
                 _load(entry, inputs)  # type: ignore[arg-type]
                 entry.graph.replay()
-                return entry.output[:, :, :frames].clone()
-        return self.estimator(*inputs, streaming=streaming)  # a bucket whose graph was not faster (or released)
+                return entry.output[:, :, :frames].to(given, copy=True)
+        return self._eager(inputs, streaming).to(given)  # a bucket whose graph was not faster (or released)
+
+    def _eager(self, inputs: tuple[torch.Tensor | None, ...], streaming: bool) -> torch.Tensor:
+        """The estimator itself, its floating inputs cast to float16 where ``half``."""
+        if self.float16:
+            inputs = tuple(v.half() if v is not None and v.is_floating_point() else v for v in inputs)
+        return self.estimator(*inputs, streaming=streaming)
 
     @property
     def modes(self) -> tuple[bool, ...]:
@@ -115,7 +133,7 @@ class GraphedEstimator(torch.nn.Module):
     def capture_all(self, channels: int = 80) -> int:
         """Capture every bucket, whole and streamed, on synthetic inputs (at load, or when no request runs); the
         number kept."""
-        device = next(self.estimator.parameters()).device
+        device, dtype = next(self.estimator.parameters()).device, next(self.estimator.parameters()).dtype
         generator = torch.Generator(device=device).manual_seed(0)
         with self.lock, torch.inference_mode(), _capturable_masks(self.estimator), matmul_tf32(self.tf32):
             self.captured.clear()
@@ -123,10 +141,10 @@ class GraphedEstimator(torch.nn.Module):
             for streaming in self.modes:
                 for bucket in self.buckets:
                     shape = (2, channels, bucket)
-                    x, mu, cond = (torch.randn(*shape, device=device, generator=generator) for _ in range(3))
-                    spks = torch.randn(2, channels, device=device, generator=generator)
-                    t = torch.rand(2, device=device, generator=generator)
-                    mask = torch.ones(2, 1, bucket, device=device)
+                    x, mu, cond = (torch.randn(*shape, device=device, generator=generator).to(dtype) for _ in range(3))
+                    spks = torch.randn(2, channels, device=device, generator=generator).to(dtype)
+                    t = torch.rand(2, device=device, generator=generator).to(dtype)
+                    mask = torch.ones(2, 1, bucket, device=device, dtype=dtype)
                     self.captured[bucket, streaming] = self._capture(bucket, (x, mask, mu, t, spks, cond), streaming)
             self.released = False
         return sum(1 for entry in self.captured.values() if entry is not None)
@@ -162,7 +180,7 @@ class GraphedEstimator(torch.nn.Module):
         added = torch.cuda.memory_allocated() - allocated
         self.reports.append(GraphBucket(stage, 2, bucket, added, eager_ms, graph_ms, kept))
         verdict = "kept" if kept else "eager" if equal else "REJECTED: differs from eager"
-        precision = "TF32" if self.tf32 else "float32"
+        precision = "float16" if self.float16 else "TF32" if self.tf32 else "float32"
         log.info("%s graph, %d frames, %s: eager %.2f ms, graph %.2f ms, %s", stage, bucket, precision, eager_ms,
                  graph_ms, verdict)  # fmt: skip
         return entry if kept else None
@@ -237,9 +255,9 @@ def _load(entry: _Bucket, inputs: tuple[torch.Tensor, ...]) -> None:
             static[:, :, : value.shape[2]].copy_(value)
 
 
-def install_flow_graphs(flow: Any, tf32: bool = True) -> GraphedEstimator | None:
+def install_flow_graphs(flow: Any, tf32: bool = True, half: bool = False) -> GraphedEstimator | None:
     """Put this flow model's estimator behind ``GraphedEstimator`` (CUDA only; None elsewhere), its graphs in TF32
-    where ``tf32``."""
+    where ``tf32``, the estimator in float16 where ``half``."""
     decoder: Any = getattr(flow, "decoder", None)
     estimator = getattr(decoder, "estimator", None)
     if decoder is None or not isinstance(estimator, torch.nn.Module) or not torch.cuda.is_available():
@@ -247,7 +265,7 @@ def install_flow_graphs(flow: Any, tf32: bool = True) -> GraphedEstimator | None
     device = next(estimator.parameters()).device
     if device.type != "cuda":
         return None
-    graphed = GraphedEstimator(estimator, tf32=tf32)
+    graphed = GraphedEstimator(estimator, tf32=tf32, half=half)
     decoder.estimator = graphed
     kept = graphed.capture_all(int(getattr(flow, "output_size", 80)))
     torch.cuda.empty_cache()  # the eager warm-ups' blocks: at load nothing else holds the allocator's cache

@@ -218,6 +218,7 @@ def load_runtime(
     decode: DecodeChoice | None = None,
     flow_graphs: bool = True,
     flow_tf32: bool = True,
+    flow_half: bool = False,
     first_audio_first: bool = True,
     wave_slots: int = 0,
     vocoder_graphs: bool = True,
@@ -227,8 +228,9 @@ def load_runtime(
     loads it in its config's dtype otherwise), our featurizer instead of file-reading prompt code, and the LLM's
     token loop on our fast decode path (``decode_setup.prepare_llm``: by default on CUDA) and, on CUDA, the flow's
     estimator behind bucketed CUDA graphs (``flow_graphs.py``: each bucket kept only where faster and equal; their
-    matmuls in TF32 where ``flow_tf32``), and with ``vocoder_graphs`` the vocoder's transforms without host syncs
-    (``hift_stft``) and CosyVoice2's streamed chunks through it from CUDA graphs (``vocoder_graphs``)."""
+    matmuls in TF32 where ``flow_tf32``, the estimator in float16 where ``flow_half``), and with ``vocoder_graphs``
+    the vocoder's transforms without host syncs (``hift_stft``) and CosyVoice2's streamed chunks through it from
+    CUDA graphs (``vocoder_graphs``)."""
     block_downloads()
     _add_code_dir(code_dir)
     version = model_version(model_dir)
@@ -259,16 +261,17 @@ def load_runtime(
     runtime = UpstreamRuntime(frontend, model, featurizer, version, sample_rate, token_cap)
     runtime.decoder = decoder
     runtime.first_audio = FirstAudioFirst(first_audio_first, slots=wave_slots)
-    _install_graphs(runtime, flow_graphs, flow_tf32, vocoder_graphs)
+    _install_graphs(runtime, flow_graphs, (flow_tf32, flow_half), vocoder_graphs)
     if isinstance(decoder, DecodeBatcher):
         decoder.seed_source = runtime.watches.current_seed  # each request samples from its own seed
     return runtime
 
 
-def _install_graphs(runtime: UpstreamRuntime, flow: bool, flow_tf32: bool, vocoder: bool) -> None:
-    """The flow estimator's graphs, and on CUDA the vocoder's sync-free transforms and streamed-chunk graphs."""
+def _install_graphs(runtime: UpstreamRuntime, flow: bool, flow_precision: tuple[bool, bool], vocoder: bool) -> None:
+    """The flow estimator's graphs (``flow_precision``: TF32, float16), and on CUDA the vocoder's sync-free
+    transforms and streamed-chunk graphs."""
     model = runtime.model
-    runtime.flow_graphs = install_flow_graphs(model.flow, flow_tf32) if flow else None
+    runtime.flow_graphs = install_flow_graphs(model.flow, *flow_precision) if flow else None
     _log_device_memory("flow graphs")
     if vocoder and torch.device(model.device).type == "cuda":
         make_sync_free(model.hift)
