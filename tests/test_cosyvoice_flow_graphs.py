@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 import types
 
+import pytest
 import torch
 
 from voicelab.backends.cosyvoice.flow_graphs import GraphedEstimator, _capturable_masks, install_flow_graphs
@@ -122,8 +123,6 @@ def test_flow_half_runs_the_estimator_in_float16_and_answers_in_float32() -> Non
     equal to them (the float16 path really ran); the option takes on or off only."""
     import copy
 
-    import pytest
-
     from voicelab.backends.cosyvoice.backend import create
     from voicelab.errors import BackendLoadError
     from voicelab.settings import Settings
@@ -143,10 +142,8 @@ def test_flow_half_runs_the_estimator_in_float16_and_answers_in_float32() -> Non
         create(Settings(backend="cosyvoice", backend_options="flow_half=1"))
 
 
-def test_flow_half_keeps_upstreams_estimator_within_three_hundredths_of_float32() -> None:
-    """CosyVoice2's estimator (upstream's code, small and random) in float16 against float32 on the CPU: its
-    velocity within 3e-2 of the output's scale (2.1e-2 measured on 2026-12-05; bfloat16 was 0.25)."""
-    import copy
+def _tiny_estimator() -> torch.nn.Module:
+    """CosyVoice2's flow estimator from upstream's code, one block each, random weights (seed 0)."""
     import io
 
     from tests.fixture_cosyvoice_llm import require_upstream
@@ -160,13 +157,47 @@ def test_flow_half_keeps_upstreams_estimator_within_three_hundredths_of_float32(
     block_downloads()
     torch.manual_seed(0)
     text = COMMON + FLOW2.format(cfm=CFM, encoder_blocks=1, mid_blocks=1)
-    estimator = load_hyperpyyaml(io.StringIO(text))["flow"].decoder.estimator.eval()
+    estimator: torch.nn.Module = load_hyperpyyaml(io.StringIO(text))["flow"].decoder.estimator.eval()
+    return estimator
+
+
+def _estimator_inputs(frames: int, device: str = "cpu") -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(1)
-    x, mu, cond = (torch.randn(2, 80, 150, generator=gen) for _ in range(3))
-    inputs = (x, torch.ones(2, 1, 150), mu, torch.rand(2, generator=gen), torch.randn(2, 80, generator=gen), cond)
+    x, mu, cond = (torch.randn(2, 80, frames, generator=gen) for _ in range(3))
+    inputs = (x, torch.ones(2, 1, frames), mu, torch.rand(2, generator=gen), torch.randn(2, 80, generator=gen), cond)
+    return tuple(v.to(device) for v in inputs)
+
+
+def test_flow_half_keeps_upstreams_estimator_within_three_hundredths_of_float32() -> None:
+    """CosyVoice2's estimator (upstream's code, small and random) in float16 against float32 on the CPU: its
+    velocity within 3e-2 of the output's scale (2.1e-2 measured on 2026-12-05; bfloat16 was 0.25)."""
+    import copy
+
+    estimator, inputs = _tiny_estimator(), _estimator_inputs(150)
     with torch.inference_mode():
         reference = estimator(*inputs)
         ours = GraphedEstimator(copy.deepcopy(estimator), half=True)(*inputs)
     assert ours.dtype == torch.float32
     difference = float((ours - reference).abs().max() / reference.abs().max())
     assert 0 < difference < 3e-2, difference
+
+
+@pytest.mark.gpu
+def test_on_cuda_float16_graphs_are_captured_replay_padded_calls_and_stay_near_float32() -> None:
+    """On CUDA with ``half``: every bucket captured in float16 (the capture's own check: a padded replay equals the
+    eager float16 call), a call of 150 and of 600 frames answers float32 frames within 3e-2 of float32's scale."""
+    import copy
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU with CUDA")
+    estimator = _tiny_estimator().cuda()
+    graphed = GraphedEstimator(copy.deepcopy(estimator), half=True)
+    with torch.inference_mode():
+        assert graphed.capture_all() > 0
+        assert all(report.kept or report.eager_ms <= report.graph_ms for report in graphed.reports)
+        for frames in (150, 600):
+            inputs = _estimator_inputs(frames, "cuda")
+            reference, ours = estimator(*inputs), graphed(*inputs)
+            assert ours.dtype == torch.float32
+            difference = float((ours - reference).abs().max() / reference.abs().max())
+            assert 0 < difference < 3e-2, (frames, difference)
