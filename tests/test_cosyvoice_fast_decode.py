@@ -72,9 +72,9 @@ def _upstream_then_fast(llm: Any, seeds: tuple[int, ...], **config: Any) -> tupl
 
 def test_sampling_draws_upstreams_token_for_every_seed() -> None:
     require_upstream()
-    from voicelab.backends.cosyvoice.sampling import RasParams, ras_sample
+    from voicelab.backends.cosyvoice.sampling import RasParams, TokenRules
 
-    common, params = upstream_sampling(), RasParams()
+    common, rules = upstream_sampling(), TokenRules(RasParams(), frozenset(), 0, None)  # min_len 0: no end mask
     gen = torch.Generator().manual_seed(11)
     flat = torch.randn(6564, generator=gen)
     peaked = flat * 8
@@ -87,7 +87,7 @@ def test_sampling_draws_upstreams_token_for_every_seed() -> None:
                 torch.manual_seed(seed)
                 theirs = common.ras_sampling(scores.log_softmax(0), list(decoded), 25, top_p=0.8, top_k=25)
                 torch.manual_seed(seed)
-                ours = ras_sample(scores.log_softmax(0), decoded, params)
+                ours = rules.sample(scores.log_softmax(0), decoded, 0)
                 assert ours == theirs, (name, decoded, seed)
                 drawn.add(ours)
             assert len(drawn) > 1 or (name in ("peaked", "bf16") and not decoded), (name, decoded)  # seeds matter
@@ -99,7 +99,7 @@ def test_rows_drawn_together_equal_each_row_drawn_alone() -> None:
     the log-probabilities are left as they were."""
     import torch
 
-    from voicelab.backends.cosyvoice.sampling import RasParams, Row, TokenRules, ras_sample
+    from voicelab.backends.cosyvoice.sampling import RasParams, Row, TokenRules
 
     rules = TokenRules(RasParams(), frozenset({6561}), 6561, torch.tensor([6562, 6563]))
     gen = torch.Generator().manual_seed(3)
@@ -115,11 +115,7 @@ def test_rows_drawn_together_equal_each_row_drawn_alone() -> None:
             together = rules.sample_rows(logp, rows)
             assert torch.equal(logp, before)
             for index, decoded in enumerate(history):
-                scores = logp[index].clone()
-                scores[[6562, 6563]] = -float("inf")
-                if len(decoded) < 2:
-                    scores[6561] = -float("inf")
-                alone = ras_sample(scores, decoded, rules.params, torch.Generator().manual_seed(seed * 10 + index))
+                alone = rules.sample(logp[index], decoded, 2, torch.Generator().manual_seed(seed * 10 + index))
                 assert together[index] == alone, (dtype, seed, index)
             redrawn += (together[1] != likely[1]) + (together[3] != likely[3])
         assert redrawn, "the repetition rule never replaced a token, so its batched redraw went untested"

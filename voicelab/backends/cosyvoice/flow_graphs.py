@@ -133,7 +133,8 @@ class GraphedEstimator(torch.nn.Module):
     def capture_all(self, channels: int = 80) -> int:
         """Capture every bucket, whole and streamed, on synthetic inputs (at load, or when no request runs); the
         number kept."""
-        device, dtype = next(self.estimator.parameters()).device, next(self.estimator.parameters()).dtype
+        weight = next(self.estimator.parameters())
+        device, dtype = weight.device, weight.dtype
         generator = torch.Generator(device=device).manual_seed(0)
         with self.lock, torch.inference_mode(), _capturable_masks(self.estimator), matmul_tf32(self.tf32):
             self.captured.clear()

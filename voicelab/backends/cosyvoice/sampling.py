@@ -10,10 +10,11 @@ the same generator in the same order, so a fixed seed gives upstream's token. Th
 run on the scores' device; only the top-``k`` running sum (at most 25 additions) and the window count run on the
 host, where their arithmetic is the same as upstream's.
 
-``TokenRules.sample_rows`` draws every row of a decode step at once, each from its own generator, with the same
-operations per row as ``ras_sample``: the host waits for the device twice a step (the top-``k`` probabilities of all
-rows, then their tokens) and once more only when a row's token repeats, where one row alone waited six or seven
-times (a Python scalar written into a device tensor is a blocking copy; so is a device tensor used as an index).
+``TokenRules.sample_rows`` draws every row of a decode step at once, each from its own generator, so a row's token
+is the one it would draw alone (``TokenRules.sample`` is one row of it): the host waits for the device twice a step
+(the top-``k`` probabilities of all rows, then their tokens) and once more only when a row's token repeats, where
+one row drawn by itself waited six or seven times (a Python scalar written into a device tensor is a blocking copy;
+so is a device tensor used as an index).
 """
 
 from __future__ import annotations
@@ -83,36 +84,6 @@ def nucleus_size(top: torch.Tensor, top_p: float, top_k: int) -> int:
     return count
 
 
-def nucleus_sample(scores: torch.Tensor, params: RasParams, generator: torch.Generator | None = None) -> int:
-    """Upstream's ``nucleus_sampling`` on a 1-D score vector (log-probabilities or logits); ``generator``:
-    the device's default one (upstream's) when ``None``."""
-    values, indices = scores.softmax(dim=0).sort(descending=True, stable=True)
-    top = values[: params.top_k]
-    count = nucleus_size(top.cpu(), params.top_p, params.top_k)
-    prob = top[:count]
-    noise = torch.empty_like(prob).exponential_(1, generator=generator)  # what multinomial(1) draws
-    return int(indices[(prob / noise).argmax()])
-
-
-def random_sample(scores: torch.Tensor, generator: torch.Generator | None = None) -> int:
-    """Upstream's ``random_sampling``: one draw over the whole softmax."""
-    prob = scores.softmax(dim=0)
-    noise = torch.empty_like(prob).exponential_(1, generator=generator)
-    return int((prob / noise).argmax())
-
-
-def ras_sample(
-    scores: torch.Tensor, decoded: Sequence[int], params: RasParams, generator: torch.Generator | None = None
-) -> int:
-    """Upstream's ``ras_sampling(scores, decoded, ...)``; like upstream it writes -inf into ``scores`` when the
-    nucleus token repeats too often, then draws again over the rest."""
-    token = nucleus_sample(scores, params, generator)
-    if _too_frequent(token, decoded, params):
-        scores[token] = -float("inf")
-        token = random_sample(scores, generator)
-    return token
-
-
 @dataclass(frozen=True)
 class TokenRules:
     """What upstream's ``inference_wrapper`` and ``sampling_ids`` do around the sampler, for one LLM.
@@ -139,8 +110,8 @@ class TokenRules:
         return self.sample_rows(logp[None], [Row(decoded, min_len, generator)])[0]
 
     def sample_rows(self, logp: torch.Tensor, rows: Sequence[Row]) -> list[int]:
-        """Each row's next token from its row of (rows, vocabulary) log-probabilities (left unchanged): what
-        ``sample`` draws for each alone, from the row's own generator, with two waits for the device in all."""
+        """Each row's next token from its row of (rows, vocabulary) log-probabilities (left unchanged), drawn from
+        the row's own generator as upstream's ``ras_sampling`` draws, with two waits for the device in all."""
         scores = logp.clone()
         if self.banned is not None:
             scores.index_fill_(1, self.banned, -float("inf"))
