@@ -285,3 +285,34 @@ def test_a_batched_step_waits_for_the_device_twice_whatever_its_rows(llm: Any) -
     assert tokens == 120
     where = {line: syncs.count(line) for line in set(syncs)}
     assert 40 <= len(syncs) <= 2 * 40 + 40, f"{len(syncs)} waits over {tokens} tokens in about 40 steps: {where}"
+
+
+def test_device_sampling_never_waits_in_a_step_and_a_batch_equals_each_run_alone(llm: Any) -> None:
+    """``decode_sampling=device``: three requests side by side draw the tokens each draws alone (each from its own
+    seed's uniforms), and no operation in the token loop waits for the device (the tokens are read behind an
+    event once the next step is queued); what waits is the prefills."""
+    import warnings
+
+    from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher
+
+    prompts = [torch.randn(1, 60 + 20 * i, llm.llm_input_size, device="cuda") * 0.05 for i in range(3)]
+    batcher = DecodeBatcher(llm, BatchConfig(slots=4, capacity=1024, mask_stops=True, sampling="device"))
+    try:
+        alone = [list(batcher.decode(p, 40, 40, seed=i)) for i, p in enumerate(prompts)]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode(1)
+            try:
+                together = run_concurrently(
+                    [functools.partial(lambda p, s: list(batcher.decode(p, 40, 40, seed=s)), p, i)
+                     for i, p in enumerate(prompts)], timeout_s=600)  # fmt: skip
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+    finally:
+        batcher.close()
+    assert together == alone and [len(t) for t in alone] == [40, 40, 40]
+    assert len({tuple(t) for t in alone}) == 3
+    syncs = [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+    where = {line: syncs.count(line) for line in set(syncs)}
+    assert not any(name.startswith(("device_sampling", "batch_decode")) for name in where), where
+    assert len(syncs) <= 3 * 6, f"{len(syncs)} waits for 3 prefills and ~40 steps: {where}"

@@ -1,7 +1,7 @@
 """Where a lone whole CosyVoice request goes in NVIDIA's anchor shape, and how often its token loop waits for the GPU.
 
     python -m tools.cosyvoice_request_profile --model-dir DIR [--code DIR] [--runs 6] [--chars 20] [--slots 16]
-        [--dtype float32] [--vocoder-graphs off]
+        [--dtype float32] [--vocoder-graphs off] [--sampling device] [--flow-half on]
 
 Loads the model as the backend does (``load_runtime``) and runs ``--runs`` whole (unstreamed) requests one at a
 time, each in a voice new to the cache (a cut of a test prompt, as ``bench cosyvoice``'s anchor phase makes them)
@@ -10,8 +10,9 @@ time per token, the flow's and the vocoder's spans, the whole request and its RT
 (the device synchronised around each stage, so the spans are the stages' own). One more request then runs under
 ``torch.cuda.set_sync_debug_mode``: every operation that waited for the device, counted by source line, over the
 tokens it decoded. Last, one step's sampling alone (``TokenRules.sample_rows`` on random log-probabilities, 1 and
-``--slots`` rows, the device synchronised around it): what a token costs besides the step's replay and the host's
-gaps. The first run carries one-off warm-up; the p50 line leaves out the first two. No engine, no IPC.
+``--slots`` rows, the device synchronised around it, then the same for ``decode_sampling=device``): what a token
+costs besides the step's replay and the host's gaps. The first run carries one-off warm-up; the p50 line leaves out
+the first two. No engine, no IPC.
 """
 
 from __future__ import annotations
@@ -119,6 +120,24 @@ def sampling_ms(rules: Any, vocab: int, rows: int, like: Any, repeats: int = 50)
     return statistics.median(times[3:])
 
 
+def device_sampling_ms(rules: Any, vocab: int, rows: int, like: Any, repeats: int = 50) -> float:
+    """The same for ``SlotSampler`` (``decode_sampling=device``): one draw of ``rows`` slots, then the tokens read."""
+    import torch
+
+    from voicelab.backends.cosyvoice.device_sampling import SlotSampler
+
+    logp = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)).mul(4).log_softmax(1).to(like)
+    sampler = SlotSampler(rules, rows, repeats + 3, like.device)
+    for slot in range(rows):
+        sampler.admit(slot, torch.Generator(like.device).manual_seed(slot), 0, 10)
+    times = []
+    for _ in range(repeats + 3):
+        start = time.perf_counter()
+        sampler.draw(logp).tolist()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times[3:])
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -134,12 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--chars", type=int, default=20, help="Mandarin characters a request")
     parser.add_argument("--vocoder-graphs", choices=("on", "off"), default="on", help="as --backend-options")
+    parser.add_argument("--sampling", choices=("exact", "device"), default="exact", help="as decode_sampling")
+    parser.add_argument("--flow-half", choices=("on", "off"), default="off", help="as --backend-options flow_half")
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    decode = DecodeChoice("on", args.slots)
+    decode = DecodeChoice("on", args.slots, sampling=args.sampling)
     runtime = load_runtime(
-        args.model_dir, args.code, args.device, args.dtype, 500, decode, vocoder_graphs=args.vocoder_graphs == "on"
+        args.model_dir,
+        args.code,
+        args.device,
+        args.dtype,
+        500,
+        decode,
+        vocoder_graphs=args.vocoder_graphs == "on",
+        flow_half=args.flow_half == "on",
     )
     marks: list[tuple[str, float]] = []
     instrument(runtime, marks, sync)
@@ -168,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         logp = decoder.runner.logp
         alone = {rows: sampling_ms(decoder.rules, logp.shape[-1], rows, logp) for rows in sorted({1, args.slots})}
         print("sampling alone, ms a step: " + ", ".join(f"{rows} rows {ms:.3f}" for rows, ms in alone.items()))
+        alone = {rows: device_sampling_ms(decoder.rules, logp.shape[-1], rows, logp) for rows in alone}
+        print("device sampling alone (decode_sampling=device), ms a step: "
+              + ", ".join(f"{rows} rows {ms:.3f}" for rows, ms in alone.items()))  # fmt: skip
     runtime.close()
     return 0
 

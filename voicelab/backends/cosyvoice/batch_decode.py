@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from voicelab.backends.cosyvoice.device_sampling import SlotSampler
 from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache, decode_room
 from voicelab.backends.cosyvoice.sampling import Row, TokenRules
 from voicelab.backends.cosyvoice.step_graphs import StepRunner
@@ -57,7 +58,9 @@ class BatchConfig:
     """slots: requests decoded together at most (the cache holds ``slots`` x ``capacity`` positions).
     shrink_rows: see ``StepRunner`` (off: a batch equals each run alone, bit for bit).
     own_stream: on CUDA, the driver's steps on a stream of their own (off, the default: the default stream).
-    kernels: see ``FastDecodeConfig``."""
+    kernels: see ``FastDecodeConfig``.
+    sampling: "exact" (``TokenRules.sample_rows``: upstream's tokens for a seed) or "device" (``SlotSampler``: the
+    same distribution drawn on the device, the next step launched before the host reads the tokens)."""
 
     slots: int = 8
     capacity: int = 2048
@@ -66,6 +69,7 @@ class BatchConfig:
     shrink_rows: bool = False
     own_stream: bool = False
     kernels: str = "torch"
+    sampling: str = "exact"
 
 
 @dataclass
@@ -110,6 +114,9 @@ class DecodeBatcher:
         self.closed = False
         self.seed_source: Callable[[], int | None] = lambda: None  # the calling request's seed (upstream.py sets it)
         self.cycles = CycleTimes()
+        self.sampler = SlotSampler(self.rules, config.slots, config.capacity, param.device) if (
+            config.sampling == "device") else None  # fmt: skip
+        self.readback = _Readback(config.slots, param.device)
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" and config.own_stream else None
         self.driver = threading.Thread(target=self._drive, name="voicelab-llm-batch", daemon=True)
         self.driver.start()
@@ -183,6 +190,9 @@ class DecodeBatcher:
                 request.lm_input.record_stream(self.stream)  # its memory is not reused while this stream reads it
             request.length = int(request.lm_input.shape[1])
             request.logp = self.runner.prefill(request.lm_input.to(self.runner.logp.dtype), slot)
+            if self.sampler is not None:
+                self.runner.logp[slot].copy_(request.logp)  # where the device sampler reads every slot's scores
+                self.sampler.admit(slot, request.generator, request.min_len, request.length)
             self.active[slot] = request
 
     def _advance(self) -> None:
@@ -190,6 +200,9 @@ class DecodeBatcher:
         together."""
         for slot in [slot for slot, request in self.active.items() if self._done(request)]:
             self._retire(slot)
+        if self.sampler is not None:
+            self._advance_on_device(self.sampler)
+            return
         live, start = list(self.active.items()), time.perf_counter()
         rows = [Row(request.decoded, request.min_len, request.generator) for _, request in live]
         logps = [request.logp for _, request in live if request.logp is not None]  # all of them: none is _done
@@ -211,12 +224,55 @@ class DecodeBatcher:
             request.logp = logp[slot]
         self.cycles.add(len(live), time.perf_counter() - start)
 
+    def _advance_on_device(self, sampler: SlotSampler) -> None:
+        """Draw every slot's token on the device, feed them to the next step and launch it, then read the tokens
+        (the host's work overlaps the step). A row that drew a stop id stepped once for nothing; its slot is free."""
+        if not self.active:
+            return
+        live, start = list(self.active.items()), time.perf_counter()
+        rows = max(self.active) + 1
+        drawn = sampler.draw(self.runner.logp[:rows])
+        sampler.feed(drawn, self.runner.tokens, self.runner.positions)
+        self.readback.start(drawn)
+        self.runner.step(max(request.length + len(request.decoded) for _, request in live) + 1, rows)
+        tokens = self.readback.finish(rows)
+        for slot, request in live:
+            token = tokens[slot]
+            if token in self.rules.stop_ids:
+                self._retire(slot)
+                continue
+            request.decoded.append(token)
+            request.out.put(token)
+        self.cycles.add(len(live), time.perf_counter() - start)
+
     def _done(self, request: _Request) -> bool:
         """Abandoned, not yet prefilled, or at ``max_len``: no token to draw."""
         return request.abandoned or request.logp is None or len(request.decoded) >= request.max_len
 
     def _retire(self, slot: int) -> None:
         self.active.pop(slot).out.put(_END)
+        if self.sampler is not None:
+            self.sampler.release(slot)
+
+
+class _Readback:
+    """Tokens drawn on the device, copied to the host behind the work queued so far and read when needed: on CUDA
+    into pinned memory with an event, so launching more work between ``start`` and ``finish`` does not wait."""
+
+    def __init__(self, slots: int, device: torch.device) -> None:
+        cuda = device.type == "cuda"
+        self.host = torch.zeros(slots, dtype=torch.long, pin_memory=cuda)
+        self.event = torch.cuda.Event() if cuda else None
+
+    def start(self, drawn: torch.Tensor) -> None:
+        self.host[: drawn.shape[0]].copy_(drawn, non_blocking=self.event is not None)
+        if self.event is not None:
+            self.event.record()
+
+    def finish(self, rows: int) -> list[int]:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host[:rows].tolist()
 
 
 def _copy_in(values: list[int], into: torch.Tensor) -> None:

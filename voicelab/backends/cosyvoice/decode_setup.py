@@ -13,6 +13,7 @@ from voicelab.backends.cosyvoice.static_qwen import KERNELS
 from voicelab.errors import BackendLoadError
 
 MODES = ("auto", "on", "off")
+SAMPLINGS = ("exact", "device")
 
 
 @dataclass(frozen=True)
@@ -22,15 +23,18 @@ class DecodeChoice:
     the backend option ``decode_stream`` (off by default: the batcher steps on the default stream; see
     ``batch_decode``). kernels: the backend option ``decode_kernels``: "auto" (the default: on CUDA with Triton,
     each step shape replays whichever of the two is faster where they agree, ``step_choice``; PyTorch's kernels
-    elsewhere), "torch" or "triton" (the step's layers as ``fused_step``'s Triton kernels; CUDA only)."""
+    elsewhere), "torch" or "triton" (the step's layers as ``fused_step``'s Triton kernels; CUDA only). sampling: the
+    backend option ``decode_sampling``: "exact" (upstream's tokens for a seed) or "device" (the same distribution
+    drawn on the device, ``device_sampling``; the batched decoder only)."""
 
     mode: str = "auto"
     slots: int = 1
     own_stream: bool = False  # the batcher's steps on a CUDA stream of their own (``batch_decode.py``)
     kernels: str = "auto"
+    sampling: str = "exact"
 
     @classmethod
-    def parse(cls, mode: str, slots: str, kernels: str = "auto") -> DecodeChoice:
+    def parse(cls, mode: str, slots: str, kernels: str = "auto", sampling: str = "exact") -> DecodeChoice:
         """From the option strings; ``ValueError`` with one sentence for anything else."""
         if mode not in MODES:
             raise ValueError(f"fast_decode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -38,7 +42,11 @@ class DecodeChoice:
             raise ValueError(f"decode_slots must be a whole number from 1 to 64, not {slots!r}")
         if kernels not in KERNELS:
             raise ValueError(f"decode_kernels must be one of {', '.join(KERNELS)}, not {kernels!r}")
-        return cls(mode, int(slots), kernels=kernels)
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"decode_sampling must be one of {', '.join(SAMPLINGS)}, not {sampling!r}")
+        if sampling == "device" and int(slots) < 2:
+            raise ValueError("decode_sampling=device runs in the batched decoder: set decode_slots to 2 or more")
+        return cls(mode, int(slots), kernels=kernels, sampling=sampling)
 
 
 def prepare_llm(llm: Any, device: str, choice: DecodeChoice, mask_stops: bool) -> FastDecoder | DecodeBatcher | None:
@@ -52,7 +60,12 @@ def prepare_llm(llm: Any, device: str, choice: DecodeChoice, mask_stops: bool) -
     kernels = resolve_kernels(choice.kernels, device)
     if choice.slots > 1:  # stepping only the rows in use: alone in 16 slots, 296 tokens/s, not 163 (1 slot: 270; H200)
         config = BatchConfig(
-            choice.slots, mask_stops=mask_stops, shrink_rows=True, own_stream=choice.own_stream, kernels=kernels
+            choice.slots,
+            mask_stops=mask_stops,
+            shrink_rows=True,
+            own_stream=choice.own_stream,
+            kernels=kernels,
+            sampling=choice.sampling,
         )
         return install_batched_decode(llm, config)
     return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops, kernels=kernels))
