@@ -193,3 +193,27 @@ def test_the_option_names_its_values_and_needs_the_batched_decoder() -> None:
         DecodeChoice.parse("auto", "16", "auto", "gpu")
     with pytest.raises(ValueError, match="set decode_slots to 2 or more"):
         DecodeChoice.parse("auto", "1", "auto", "device")
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_captured_draws_equal_the_eager_ones_step_by_step() -> None:
+    """Each row bucket's draw is captured once (no random numbers inside: the uniforms are drawn at admission), and
+    replaying it gives the eager draw's tokens and next inputs, step after step, as the state advances."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    device = torch.device("cuda")
+    rules = TokenRules(RasParams(), RULES.stop_ids, RULES.end_id, RULES.banned.to(device))
+    logp = torch.stack([_logp(s, seed) for seed, s in enumerate((0.5, 2.0, 4.0, 1.0))]).to(device)
+    runs = []
+    for graphs in (True, False):
+        sampler = SlotSampler(rules, 4, 64, device)
+        into = (torch.zeros(4, dtype=torch.long, device=device), torch.zeros(4, dtype=torch.long, device=device))
+        if graphs:
+            sampler.capture(logp, *into, (1, 2, 4))
+            assert sorted(sampler.graphs) == [1, 2, 4] and all(r.kept for r in sampler.reports)
+        for slot in (0, 2, 3):
+            sampler.admit(slot, torch.Generator(device).manual_seed(slot), min_len=2, start=5)
+        steps = [(sampler.next_inputs(logp[:rows], *into).tolist(), into[0].tolist(), into[1].tolist())
+                 for rows in (4, 4, 1, 4, 2, 4) * 3]  # fmt: skip
+        runs.append(steps)
+    assert runs[0] == runs[1]

@@ -121,19 +121,26 @@ def sampling_ms(rules: Any, vocab: int, rows: int, like: Any, repeats: int = 50)
 
 
 def device_sampling_ms(rules: Any, vocab: int, rows: int, like: Any, repeats: int = 50) -> float:
-    """The same for ``SlotSampler`` (``decode_sampling=device``): one draw of ``rows`` slots, then the tokens read."""
+    """The same for ``SlotSampler`` (``decode_sampling=device``; on CUDA from its graph, as the batcher replays it):
+    one draw of ``rows`` slots and the next step's inputs, then the tokens read."""
     import torch
 
     from voicelab.backends.cosyvoice.device_sampling import SlotSampler
 
     logp = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)).mul(4).log_softmax(1).to(like)
     sampler = SlotSampler(rules, rows, repeats + 3, like.device)
+    into = (
+        torch.zeros(rows, dtype=torch.long, device=like.device),
+        torch.zeros(rows, dtype=torch.long, device=like.device),
+    )
+    if like.is_cuda:
+        sampler.capture(logp, *into, [rows])
     for slot in range(rows):
         sampler.admit(slot, torch.Generator(like.device).manual_seed(slot), 0, 10)
     times = []
     for _ in range(repeats + 3):
         start = time.perf_counter()
-        sampler.draw(logp).tolist()
+        sampler.next_inputs(logp, *into).tolist()
         times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times[3:])
 

@@ -204,7 +204,9 @@ class CosyVoiceBackend:
         if self.runtime is None:
             return ()
         runner = getattr(self.runtime.decoder, "runner", None)
+        sampler = getattr(self.runtime.decoder, "sampler", None)
         steps = tuple(runner.reports) if runner is not None else ()
+        steps += tuple(sampler.reports) if sampler is not None else ()
         return steps + tuple(report for graphs in self.runtime.graph_sets() for report in graphs.reports)
 
     def release_graphs(self) -> int:

@@ -117,9 +117,21 @@ class DecodeBatcher:
         self.sampler = SlotSampler(self.rules, config.slots, config.capacity, param.device) if (
             config.sampling == "device") else None  # fmt: skip
         self.readback = _Readback(config.slots, param.device)
+        if self.sampler is not None and self.runner.captured:
+            self._capture_sampling(self.sampler)
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" and config.own_stream else None
         self.driver = threading.Thread(target=self._drive, name="voicelab-llm-batch", daemon=True)
         self.driver.start()
+
+    def _capture_sampling(self, sampler: SlotSampler) -> None:
+        """The device draws on CUDA graphs, one per row bucket of the steps; eager draws if a capture fails."""
+        runner = self.runner
+        try:
+            sampler.capture(runner.logp, runner.tokens, runner.positions, runner.row_buckets)
+        except RuntimeError as exc:
+            sampler.graphs.clear()
+            torch.cuda.synchronize()
+            log.warning("decode sampling: CUDA graph capture failed, drawing eagerly: %s", exc)
 
     def room(self, lm_input: torch.Tensor, min_len: int, max_len: int) -> int | None:
         return decode_room(int(lm_input.shape[1]), min_len, max_len, self.config.capacity)
@@ -230,11 +242,10 @@ class DecodeBatcher:
         if not self.active:
             return
         live, start = list(self.active.items()), time.perf_counter()
-        rows = max(self.active) + 1
-        drawn = sampler.draw(self.runner.logp[:rows])
-        sampler.feed(drawn, self.runner.tokens, self.runner.positions)
-        self.readback.start(drawn)
-        self.runner.step(max(request.length + len(request.decoded) for _, request in live) + 1, rows)
+        longest = max(request.length + len(request.decoded) for _, request in live) + 1
+        rows, _ = self.runner.shape_of(longest, max(self.active) + 1)
+        self.readback.start(sampler.next_inputs(self.runner.logp[:rows], self.runner.tokens, self.runner.positions))
+        self.runner.step(longest, rows)
         tokens = self.readback.finish(rows)
         for slot, request in live:
             token = tokens[slot]
