@@ -185,14 +185,27 @@ def test_the_batched_decoder_with_device_sampling_gives_each_request_its_seeds_t
 
 
 def test_the_option_names_its_values_and_needs_the_batched_decoder() -> None:
+    """``decode_sampling``: auto (the device wherever requests batch), exact or device; a wrong value, or device
+    without the batched decoder, is refused in one sentence before anything loads."""
+    from voicelab.backends.cosyvoice.backend import create
     from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
+    from voicelab.errors import BackendLoadError
+    from voicelab.settings import HELP, Settings
 
-    assert DecodeChoice.parse("auto", "16", "auto", "device").sampling == "device"
-    assert DecodeChoice.parse("auto", "16").sampling == "exact"
-    with pytest.raises(ValueError, match="decode_sampling must be one of exact, device, not 'gpu'"):
-        DecodeChoice.parse("auto", "16", "auto", "gpu")
-    with pytest.raises(ValueError, match="set decode_slots to 2 or more"):
-        DecodeChoice.parse("auto", "1", "auto", "device")
+    assert DecodeChoice.parse("auto", "16", "auto", "exact").sampling == "exact"
+    assert DecodeChoice.parse("auto", "16").sampling == "device"  # auto: on the device wherever requests batch
+    assert DecodeChoice.parse("auto", "1").sampling == "exact"
+    assert "decode_sampling=auto|exact|device" in HELP["backend_options"]
+    sentences = {
+        "decode_sampling=gpu": "CosyVoice backend option: decode_sampling must be one of auto, exact, device, "
+        "not 'gpu'.",
+        "decode_slots=1,decode_sampling=device": "CosyVoice backend option: decode_sampling=device runs in the batched "
+        "decoder: set decode_slots to 2 or more.",
+    }
+    for options, sentence in sentences.items():
+        with pytest.raises(BackendLoadError) as refused:
+            create(Settings(backend="cosyvoice", backend_options=options))
+        assert str(refused.value) == sentence
 
 
 @pytest.mark.gpu

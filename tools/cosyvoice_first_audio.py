@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    decode = DecodeChoice("on", args.slots)
+    decode = DecodeChoice.parse("on", str(args.slots))
     runtime = load_runtime(
         args.model_dir, args.code, args.device, "float32", 500, decode, vocoder_graphs=args.vocoder_graphs == "on"
     )

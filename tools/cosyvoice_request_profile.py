@@ -1,7 +1,7 @@
 """Where a lone whole CosyVoice request goes in NVIDIA's anchor shape, and how often its token loop waits for the GPU.
 
     python -m tools.cosyvoice_request_profile --model-dir DIR [--code DIR] [--runs 6] [--chars 20] [--slots 16]
-        [--dtype float32] [--vocoder-graphs off] [--sampling device] [--flow-half on]
+        [--dtype float32] [--vocoder-graphs off] [--sampling exact] [--flow-half off]
 
 Loads the model as the backend does (``load_runtime``) and runs ``--runs`` whole (unstreamed) requests one at a
 time, each in a voice new to the cache (a cut of a test prompt, as ``bench cosyvoice``'s anchor phase makes them)
@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--chars", type=int, default=20, help="Mandarin characters a request")
     parser.add_argument("--vocoder-graphs", choices=("on", "off"), default="on", help="as --backend-options")
-    parser.add_argument("--sampling", choices=("exact", "device"), default="exact", help="as decode_sampling")
-    parser.add_argument("--flow-half", choices=("on", "off"), default="off", help="as --backend-options flow_half")
+    parser.add_argument("--sampling", choices=("exact", "device"), default="device", help="as decode_sampling")
+    parser.add_argument("--flow-half", choices=("on", "off"), default="on", help="as --backend-options flow_half")
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)

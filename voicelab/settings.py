@@ -117,7 +117,8 @@ HELP = {
     "cosyvoice_dir": "--backend cosyvoice: a CosyVoice2/3 model directory (weights or a random_model output)",
     "cosyvoice_code": "--backend cosyvoice: a checkout of FunAudioLLM/CosyVoice (upstream's inference code)",
     "backend_options": "name=value,... read by the backend; CosyVoice: fast_decode=auto|on|off, decode_slots=N, "
-    "decode_kernels=auto|torch|triton, flow_graphs=on|off, flow_tf32=on|off, decode_stream=on|off, wave_slots=N",
+    "decode_kernels=auto|torch|triton, decode_sampling=auto|exact|device, flow_graphs=on|off, flow_tf32=on|off, "
+    "flow_half=on|off, decode_stream=on|off, wave_slots=N",
     "device": "auto, cpu or cuda[:N] for the worker",
     "devices": "cuda:0,cuda:1,...: one worker process per device behind one queue",
     "dtype": "float32, bfloat16 or float16",

@@ -239,17 +239,17 @@ def _joined(pieces: Iterator[np.ndarray]) -> np.ndarray:
 def create(settings: Settings) -> CosyVoiceBackend:
     """The registry's factory: ``--cosyvoice-dir`` (or ``--model-dir``) and ``--cosyvoice-code``."""
     try:  # --backend-options fast_decode=auto|on|off,decode_slots=N,wave_slots=N,decode_kernels=auto|torch|triton,
-        # decode_sampling=exact|device;
+        # decode_sampling=auto|exact|device;
         # flow_graphs, flow_tf32, flow_half, vocoder_graphs, decode_stream and first_audio_first: on|off
         wave_slots = _count(settings, "wave_slots", DEFAULT_WAVE_SLOTS)
         decode = DecodeChoice.parse(
             settings.backend_option("fast_decode", "auto"),
             settings.backend_option("decode_slots", "1"),
             settings.backend_option("decode_kernels", "auto"),
-            settings.backend_option("decode_sampling", "exact"),
+            settings.backend_option("decode_sampling", "auto"),
         )
         decode = replace(decode, own_stream=_on_off(settings, "decode_stream", default="off"))
-        flow_half = _on_off(settings, "flow_half", default="off")
+        flow_half = _on_off(settings, "flow_half", default="on")
         flow_graphs, flow_tf32, vocoder_graphs, first_audio_first = (
             _on_off(settings, name) for name in ("flow_graphs", "flow_tf32", "vocoder_graphs", "first_audio_first")
         )

@@ -13,7 +13,7 @@ from voicelab.backends.cosyvoice.static_qwen import KERNELS
 from voicelab.errors import BackendLoadError
 
 MODES = ("auto", "on", "off")
-SAMPLINGS = ("exact", "device")
+SAMPLINGS = ("auto", "exact", "device")
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,10 @@ class DecodeChoice:
     ``batch_decode``). kernels: the backend option ``decode_kernels``: "auto" (the default: on CUDA with Triton,
     each step shape replays whichever of the two is faster where they agree, ``step_choice``; PyTorch's kernels
     elsewhere), "torch" or "triton" (the step's layers as ``fused_step``'s Triton kernels; CUDA only). sampling: the
-    backend option ``decode_sampling``: "exact" (upstream's tokens for a seed) or "device" (the same distribution
-    drawn on the device, ``device_sampling``; the batched decoder only)."""
+    backend option ``decode_sampling``: "exact" (upstream's tokens for a seed), "device" (the same distribution
+    drawn on the device, ``device_sampling``; the batched decoder only) or "auto" (the default: "device" where
+    ``slots`` > 1, else "exact"; on an H100 "device" took the anchor's RTF from 0.073 to 0.067 and 16 clients from
+    3.93 to 4.39 requests/s)."""
 
     mode: str = "auto"
     slots: int = 1
@@ -34,7 +36,7 @@ class DecodeChoice:
     sampling: str = "exact"
 
     @classmethod
-    def parse(cls, mode: str, slots: str, kernels: str = "auto", sampling: str = "exact") -> DecodeChoice:
+    def parse(cls, mode: str, slots: str, kernels: str = "auto", sampling: str = "auto") -> DecodeChoice:
         """From the option strings; ``ValueError`` with one sentence for anything else."""
         if mode not in MODES:
             raise ValueError(f"fast_decode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -46,6 +48,8 @@ class DecodeChoice:
             raise ValueError(f"decode_sampling must be one of {', '.join(SAMPLINGS)}, not {sampling!r}")
         if sampling == "device" and int(slots) < 2:
             raise ValueError("decode_sampling=device runs in the batched decoder: set decode_slots to 2 or more")
+        if sampling == "auto":
+            sampling = "device" if int(slots) > 1 else "exact"
         return cls(mode, int(slots), kernels=kernels, sampling=sampling)
 
 

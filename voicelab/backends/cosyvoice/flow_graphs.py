@@ -28,10 +28,12 @@ prefill, stay full float32). On the H200 a replay took 7.1 instead of 10.3 ms at
 ``torch.compile`` under the graph: 6.2 ms after an 88 s compile at every load; neither taken). The equality check
 at capture compares against the eager call in the same precision: it proves the capture and the padding.
 
-float16 (``half``, the backend option ``flow_half``, off by default): the estimator's weights are cast to float16
+float16 (``half``, the backend option ``flow_half``, on by default): the estimator's weights are cast to float16
 once and every call, graphed or eager, runs in float16 with its inputs cast in and its output cast back, as
 upstream's own fp16 mode runs the flow and NVIDIA's TensorRT flow does. On the CPU a small random estimator's
-output stayed within 2.1e-2 of float32's scale in float16 (bfloat16: 0.25), ``tests/test_cosyvoice_flow_graphs.py``.
+output stayed within 2.1e-2 of float32's scale in float16 (bfloat16: 0.25), ``tests/test_cosyvoice_flow_graphs.py``
+(its GPU test: within 3e-2 on an H100). On an H100 (2026-12-05, side by side) the anchor's RTF went from 0.088 to
+0.072 and its p50 from 0.732 to 0.598 s, with 264 MiB less reserved.
 """
 
 from __future__ import annotations
