@@ -184,28 +184,51 @@ def test_the_batched_decoder_with_device_sampling_gives_each_request_its_seeds_t
     assert batcher.cycles.count.get(2, 0) > 0  # side by side: two rows a cycle
 
 
-def test_the_option_names_its_values_and_needs_the_batched_decoder() -> None:
-    """``decode_sampling``: auto (the device wherever requests batch), exact or device; a wrong value, or device
-    without the batched decoder, is refused in one sentence before anything loads."""
+def test_one_slot_draws_on_the_device_too_and_torch_manual_seed_fixes_its_tokens(tmp_path: Any) -> None:
+    """``FastDecoder`` (one slot, ``decode_slots=1``) with device sampling: a request's tokens are fixed by
+    ``torch.manual_seed`` as upstream's are, differ between seeds, keep min_len and max_len, and equal what the
+    batched decoder draws for the same prompt and seed (one sampler, two loops). Needs upstream's code."""
+    from tests.fixture_cosyvoice_llm import require_upstream, tiny_llm
+    from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher
+    from voicelab.backends.cosyvoice.fast_decode import FastDecodeConfig, FastDecoder, fix_step_mask
+
+    require_upstream()
+    llm = tiny_llm(tmp_path)
+    fix_step_mask(llm.llm)
+    prompt = torch.randn(1, 9, 896, generator=torch.Generator().manual_seed(1)) * 0.05
+    decoder = FastDecoder(llm, FastDecodeConfig(capacity=128, sampling="device"))
+
+    def tokens(seed: int) -> list[int]:
+        torch.manual_seed(seed)
+        return list(decoder.decode(prompt, 4, 12))
+
+    first, again, other = tokens(5), tokens(5), tokens(6)
+    assert first == again and first != other
+    assert all(4 <= len(t) <= 12 for t in (first, other))
+    torch.manual_seed(5)
+    seed = int(torch.randint(0, 2**62, (1,)).item())  # what the one-slot loop seeds its generator with
+    batcher = DecodeBatcher(llm, BatchConfig(slots=2, capacity=128, sampling="device"))
+    try:
+        assert list(batcher.decode(prompt, 4, 12, seed=seed)) == first
+    finally:
+        batcher.close()
+
+
+def test_the_option_names_its_values_and_a_wrong_one_is_refused_in_a_sentence() -> None:
+    """``decode_sampling``: auto (the device, with one slot or many), exact or device; a wrong value is refused in
+    one sentence before anything loads."""
     from voicelab.backends.cosyvoice.backend import create
     from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
     from voicelab.errors import BackendLoadError
     from voicelab.settings import HELP, Settings
 
     assert DecodeChoice.parse("auto", "16", "auto", "exact").sampling == "exact"
-    assert DecodeChoice.parse("auto", "16").sampling == "device"  # auto: on the device wherever requests batch
-    assert DecodeChoice.parse("auto", "1").sampling == "exact"
+    assert DecodeChoice.parse("auto", "16").sampling == DecodeChoice.parse("auto", "1").sampling == "device"
     assert "decode_sampling=auto|exact|device" in HELP["backend_options"]
-    sentences = {
-        "decode_sampling=gpu": "CosyVoice backend option: decode_sampling must be one of auto, exact, device, "
-        "not 'gpu'.",
-        "decode_slots=1,decode_sampling=device": "CosyVoice backend option: decode_sampling=device runs in the batched "
-        "decoder: set decode_slots to 2 or more.",
-    }
-    for options, sentence in sentences.items():
-        with pytest.raises(BackendLoadError) as refused:
-            create(Settings(backend="cosyvoice", backend_options=options))
-        assert str(refused.value) == sentence
+    with pytest.raises(BackendLoadError) as refused:
+        create(Settings(backend="cosyvoice", backend_options="decode_sampling=gpu"))
+    sentence = "CosyVoice backend option: decode_sampling must be one of auto, exact, device, not 'gpu'."
+    assert str(refused.value) == sentence
 
 
 @pytest.mark.gpu

@@ -316,3 +316,29 @@ def test_device_sampling_never_waits_in_a_step_and_a_batch_equals_each_run_alone
     where = {line: syncs.count(line) for line in set(syncs)}
     assert not any(name.startswith(("device_sampling", "batch_decode")) for name in where), where
     assert len(syncs) <= 3 * 6, f"{len(syncs)} waits for 3 prefills and ~40 steps: {where}"
+
+
+def test_one_slot_with_device_sampling_replays_its_draw_and_never_waits_in_the_token_loop(llm: Any) -> None:
+    """``decode_slots=1`` with ``decode_sampling=device`` (the default): the one-row draw is captured, a seed
+    fixes the tokens, and no operation in the token loop waits for the device (the prefill's waits aside)."""
+    import warnings
+
+    from voicelab.backends.cosyvoice.fast_decode import FastDecodeConfig, install_fast_decode
+
+    decoder = install_fast_decode(llm, FastDecodeConfig(capacity=1024, mask_stops=True, sampling="device"))
+    try:
+        assert decoder.sampler is not None and sorted(decoder.sampler.graphs) == [1]
+        first = _tokens(llm, 0, 3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode(1)
+            try:
+                again = _tokens(llm, 0, 3)
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+        other = _tokens(llm, 0, 4)
+    finally:
+        del llm.inference_wrapper
+    assert first == again != other and len(first) == TOKENS
+    where = [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+    assert not any(name.startswith(("device_sampling", "fast_decode")) for name in where), where

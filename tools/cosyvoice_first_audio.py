@@ -139,8 +139,15 @@ def main(argv: list[str] | None = None) -> int:
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     decode = DecodeChoice.parse("on", str(args.slots))
-    runtime = load_runtime(
-        args.model_dir, args.code, args.device, "float32", 500, decode, vocoder_graphs=args.vocoder_graphs == "on"
+    runtime = load_runtime(  # the backend's defaults: the flow in float16
+        args.model_dir,
+        args.code,
+        args.device,
+        "float32",
+        500,
+        decode,
+        vocoder_graphs=args.vocoder_graphs == "on",
+        flow_half=True,
     )
     samples, _ = sf.read(PROMPT, dtype="float32")
     entry = runtime.speaker(samples)

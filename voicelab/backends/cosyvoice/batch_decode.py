@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from voicelab.backends.cosyvoice.device_sampling import SlotSampler
+from voicelab.backends.cosyvoice.device_sampling import Readback, SlotSampler
 from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache, decode_room
 from voicelab.backends.cosyvoice.sampling import Row, TokenRules
 from voicelab.backends.cosyvoice.step_graphs import StepRunner
@@ -116,22 +116,12 @@ class DecodeBatcher:
         self.cycles = CycleTimes()
         self.sampler = SlotSampler(self.rules, config.slots, config.capacity, param.device) if (
             config.sampling == "device") else None  # fmt: skip
-        self.readback = _Readback(config.slots, param.device)
+        self.readback = Readback(config.slots, param.device)
         if self.sampler is not None and self.runner.captured:
-            self._capture_sampling(self.sampler)
+            self.sampler.capture(self.runner.logp, self.runner.tokens, self.runner.positions, self.runner.row_buckets)
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" and config.own_stream else None
         self.driver = threading.Thread(target=self._drive, name="voicelab-llm-batch", daemon=True)
         self.driver.start()
-
-    def _capture_sampling(self, sampler: SlotSampler) -> None:
-        """The device draws on CUDA graphs, one per row bucket of the steps; eager draws if a capture fails."""
-        runner = self.runner
-        try:
-            sampler.capture(runner.logp, runner.tokens, runner.positions, runner.row_buckets)
-        except RuntimeError as exc:
-            sampler.graphs.clear()
-            torch.cuda.synchronize()
-            log.warning("decode sampling: CUDA graph capture failed, drawing eagerly: %s", exc)
 
     def room(self, lm_input: torch.Tensor, min_len: int, max_len: int) -> int | None:
         return decode_room(int(lm_input.shape[1]), min_len, max_len, self.config.capacity)
@@ -264,26 +254,6 @@ class DecodeBatcher:
         self.active.pop(slot).out.put(_END)
         if self.sampler is not None:
             self.sampler.release(slot)
-
-
-class _Readback:
-    """Tokens drawn on the device, copied to the host behind the work queued so far and read when needed: on CUDA
-    into pinned memory with an event, so launching more work between ``start`` and ``finish`` does not wait."""
-
-    def __init__(self, slots: int, device: torch.device) -> None:
-        cuda = device.type == "cuda"
-        self.host = torch.zeros(slots, dtype=torch.long, pin_memory=cuda)
-        self.event = torch.cuda.Event() if cuda else None
-
-    def start(self, drawn: torch.Tensor) -> None:
-        self.host[: drawn.shape[0]].copy_(drawn, non_blocking=self.event is not None)
-        if self.event is not None:
-            self.event.record()
-
-    def finish(self, rows: int) -> list[int]:
-        if self.event is not None:
-            self.event.synchronize()
-        return self.host[:rows].tolist()
 
 
 def _copy_in(values: list[int], into: torch.Tensor) -> None:

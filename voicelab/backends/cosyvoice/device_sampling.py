@@ -1,5 +1,6 @@
 """Upstream's repetition-aware sampling drawn on the device for every slot at once (backend option
-``decode_sampling=device``): the host reads only the tokens, once a step, and the next step is launched first.
+``decode_sampling=device``, the default): the host reads only the tokens, once a step, and the next step is launched
+first (``batch_decode``, and ``fast_decode`` for one slot).
 
 ``TokenRules.sample_rows`` reproduces upstream's random stream exactly, which needs each row's nucleus size on the
 host before its noise is drawn: the host waits for the device twice a step, and the per-row draws cost ~0.1 ms a row
@@ -98,7 +99,20 @@ class SlotSampler:
         self, logp: torch.Tensor, into_tokens: torch.Tensor, into_positions: torch.Tensor, row_buckets: Sequence[int]
     ) -> None:
         """One graph per row bucket of ``next_inputs`` over the first rows of ``logp`` (the step's output buffer),
-        kept where it replays faster than the eager draw. The warm-up draws are undone: no slot is admitted yet."""
+        kept where it replays faster than the eager draw; if a capture fails, eager draws (with a warning). The
+        warm-up draws are undone: no slot is admitted yet."""
+        try:
+            self._capture(logp, into_tokens, into_positions, row_buckets)
+        except RuntimeError as exc:
+            self.graphs.clear()
+            torch.cuda.synchronize()
+            log.warning("decode sampling: CUDA graph capture failed, drawing eagerly: %s", exc)
+        for tensor in (self.state.window, self.state.count, self.state.active, into_tokens, into_positions):
+            tensor.fill_(-1 if tensor is self.state.window else 0)
+
+    def _capture(
+        self, logp: torch.Tensor, into_tokens: torch.Tensor, into_positions: torch.Tensor, row_buckets: Sequence[int]
+    ) -> None:
         pool = None
         for rows in row_buckets:
             call = functools.partial(self._eager_next, logp[:rows], into_tokens, into_positions)
@@ -113,8 +127,6 @@ class SlotSampler:
                 self.graphs[rows] = (graph, tokens)
             self.reports.append(GraphBucket(STAGE, rows, logp.shape[1], added, eager_ms, graph_ms, kept))
         torch.cuda.synchronize()
-        for tensor in (self.state.window, self.state.count, self.state.active, into_tokens, into_positions):
-            tensor.fill_(-1 if tensor is self.state.window else 0)
         log.info("decode sampling on the device: %d of %d row buckets replay from CUDA graphs (%s)", len(self.graphs),
                  len(row_buckets), ", ".join(f"{r.rows} rows {r.eager_ms:.2f} -> {r.graph_ms:.2f} ms"
                                              for r in self.reports))  # fmt: skip
@@ -180,3 +192,23 @@ def _inverse_cdf(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     picked = (running <= uniform * total).sum(dim=1, keepdim=True)
     last = (running < total).sum(dim=1, keepdim=True)  # the first index reaching the total: the last with weight
     return torch.minimum(picked, last)
+
+
+class Readback:
+    """Tokens drawn on the device, copied to the host behind the work queued so far and read when needed: on CUDA
+    into pinned memory with an event, so launching more work between ``start`` and ``finish`` does not wait."""
+
+    def __init__(self, slots: int, device: torch.device) -> None:
+        cuda = device.type == "cuda"
+        self.host = torch.zeros(slots, dtype=torch.long, pin_memory=cuda)
+        self.event = torch.cuda.Event() if cuda else None
+
+    def start(self, drawn: torch.Tensor) -> None:
+        self.host[: drawn.shape[0]].copy_(drawn, non_blocking=self.event is not None)
+        if self.event is not None:
+            self.event.record()
+
+    def finish(self, rows: int) -> list[int]:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host[:rows].tolist()

@@ -3,7 +3,8 @@
 ``install_fast_decode`` replaces one loaded model's ``llm.inference_wrapper`` (the token loop that upstream's
 ``inference`` drives) with ``FastDecoder.decode``, which keeps upstream's semantics: prefill the whole prompt
 embedding, then per token the log-softmax of ``llm_decoder``, the end token masked while fewer than ``min_len``
-tokens exist, upstream's ``ras_sampling`` (``sampling.py``), stop at any stop id, at most ``max_len`` tokens, the
+tokens exist, upstream's ``ras_sampling`` (``sampling.py``, or from its distribution on the device,
+``device_sampling.py``), stop at any stop id, at most ``max_len`` tokens, the
 next input being the token's ``speech_embedding`` row. A request's ``max_len`` is cut to what the cache holds
 (``kv_cache.decode_room``); one whose prompt leaves no room, or that arrives while another holds the decoder, runs
 upstream's own loop instead, so nothing is ever refused.
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from voicelab.backends.cosyvoice.device_sampling import Readback, SlotSampler
 from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache, decode_room
 from voicelab.backends.cosyvoice.sampling import TokenRules
 from voicelab.backends.cosyvoice.step_graphs import StepRunner
@@ -36,12 +38,15 @@ class FastDecodeConfig:
     """capacity: positions per request (prompt embedding + generated tokens; 4096 ≈ 2 min of speech after a
     long prompt). graphs: capture the step in CUDA graphs (ignored off CUDA). mask_stops: never emit a stop id
     (random-weight models, as ``upstream._mask_stop_tokens`` does for upstream's sampler). kernels: the step's
-    layers from PyTorch's kernels or from ``fused_step``'s Triton ones (``StaticQwen``)."""
+    layers from PyTorch's kernels or from ``fused_step``'s Triton ones (``StaticQwen``). sampling: "exact"
+    (upstream's tokens from the default generator) or "device" (``SlotSampler``, as the batched decoder draws: its
+    uniforms from a generator seeded off the default CPU one, so ``torch.manual_seed`` still fixes the tokens)."""
 
     capacity: int = 4096
     graphs: bool = True
     mask_stops: bool = False
     kernels: str = "torch"
+    sampling: str = "exact"
 
 
 class FastDecoder:
@@ -54,6 +59,11 @@ class FastDecoder:
         self.rules = TokenRules.of(llm, config.mask_stops)
         self.runner = StepRunner(llm, cache, config.graphs, kernels=config.kernels)
         self.lock = threading.Lock()
+        self.sampler = SlotSampler(self.rules, 1, config.capacity, param.device) if (
+            config.sampling == "device") else None  # fmt: skip
+        self.readback = Readback(1, param.device)
+        if self.sampler is not None and self.runner.captured:
+            self.sampler.capture(self.runner.logp, self.runner.tokens, self.runner.positions, self.runner.row_buckets)
 
     def room(self, lm_input: torch.Tensor, min_len: int, max_len: int) -> int | None:
         return decode_room(int(lm_input.shape[1]), min_len, max_len, self.config.capacity)
@@ -67,6 +77,9 @@ class FastDecoder:
         length = int(lm_input.shape[1])
         runner = self.runner
         logp = runner.prefill(lm_input.to(runner.logp.dtype), slot=0)
+        if self.sampler is not None:
+            yield from self._decode_on_device(self.sampler, logp, length, min_len, max_len)
+            return
         decoded: list[int] = []
         for index in range(max_len):
             token = self.rules.sample(logp, decoded, min_len)
@@ -77,6 +90,23 @@ class FastDecoder:
             runner.tokens.fill_(token)
             runner.positions.fill_(length + index)
             logp = runner.step(length + index + 1)[0]
+
+    def _decode_on_device(
+        self, sampler: SlotSampler, logp: torch.Tensor, length: int, min_len: int, max_len: int
+    ) -> Iterator[int]:
+        """The same loop with the token drawn on the device and the next step queued before the host reads it
+        (``batch_decode``'s cycle for one slot); the step after the last token is queued for nothing."""
+        runner = self.runner
+        runner.logp[0].copy_(logp)
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+        sampler.admit(0, torch.Generator(device=logp.device).manual_seed(seed), min_len, length)
+        for index in range(max_len):
+            self.readback.start(sampler.next_inputs(runner.logp[:1], runner.tokens, runner.positions))
+            runner.step(length + index + 1)
+            (token,) = self.readback.finish(1)
+            if token in self.rules.stop_ids:
+                return
+            yield token
 
 
 def install_fast_decode(llm: Any, config: FastDecodeConfig) -> FastDecoder:

@@ -218,7 +218,7 @@ def load_runtime(
     decode: DecodeChoice | None = None,
     flow_graphs: bool = True,
     flow_tf32: bool = True,
-    flow_half: bool = True,
+    flow_half: bool = False,
     first_audio_first: bool = True,
     wave_slots: int = 0,
     vocoder_graphs: bool = True,
