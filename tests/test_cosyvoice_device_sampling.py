@@ -215,20 +215,27 @@ def test_one_slot_draws_on_the_device_too_and_torch_manual_seed_fixes_its_tokens
 
 
 def test_the_option_names_its_values_and_a_wrong_one_is_refused_in_a_sentence() -> None:
-    """``decode_sampling``: auto (the device, with one slot or many), exact or device; a wrong value is refused in
-    one sentence before anything loads."""
+    """``decode_sampling``: auto (the default: the device wherever the fast path runs), exact or device; a wrong
+    value, or device where the fast path does not run, is refused in one sentence before anything loads."""
+    from types import SimpleNamespace
+
     from voicelab.backends.cosyvoice.backend import create
-    from voicelab.backends.cosyvoice.decode_setup import DecodeChoice
+    from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, prepare_llm
     from voicelab.errors import BackendLoadError
     from voicelab.settings import HELP, Settings
 
     assert DecodeChoice.parse("auto", "16", "auto", "exact").sampling == "exact"
-    assert DecodeChoice.parse("auto", "16").sampling == DecodeChoice.parse("auto", "1").sampling == "device"
+    assert DecodeChoice.parse("auto", "1").sampling == "auto"
     assert "decode_sampling=auto|exact|device" in HELP["backend_options"]
     with pytest.raises(BackendLoadError) as refused:
         create(Settings(backend="cosyvoice", backend_options="decode_sampling=gpu"))
     sentence = "CosyVoice backend option: decode_sampling must be one of auto, exact, device, not 'gpu'."
     assert str(refused.value) == sentence
+    llm = SimpleNamespace(llm=SimpleNamespace(forward_one_step=lambda *args: None))
+    assert prepare_llm(llm, "cpu", DecodeChoice(sampling="auto"), mask_stops=False) is None  # upstream's loop
+    with pytest.raises(BackendLoadError) as refused:
+        prepare_llm(llm, "cpu", DecodeChoice(sampling="device"), mask_stops=False)
+    assert str(refused.value) == "decode_sampling=device runs on the fast decode path: leave fast_decode on (CUDA)."
 
 
 @pytest.mark.gpu

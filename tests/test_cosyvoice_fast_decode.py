@@ -292,7 +292,7 @@ def test_batched_greedy_decode_equals_upstreams_loop(llm_dir: Path, shrink_rows:
 def test_decode_options_parse_and_cpu_auto_keeps_upstreams_loop(llm: Any) -> None:
     from voicelab.backends.cosyvoice.decode_setup import DecodeChoice, prepare_llm
 
-    assert DecodeChoice.parse("on", "4") == DecodeChoice("on", 4, sampling="device")  # auto: drawn on the device
+    assert DecodeChoice.parse("on", "4") == DecodeChoice("on", 4, sampling="auto")  # the fast path draws on the device
     for mode, slots in (("fast", "1"), ("on", "0"), ("on", "two")):
         with pytest.raises(ValueError):
             DecodeChoice.parse(mode, slots)

@@ -25,8 +25,9 @@ class DecodeChoice:
     each step shape replays whichever of the two is faster where they agree, ``step_choice``; PyTorch's kernels
     elsewhere), "torch" or "triton" (the step's layers as ``fused_step``'s Triton kernels; CUDA only). sampling: the
     backend option ``decode_sampling``: "exact" (upstream's tokens for a seed), "device" (the same distribution
-    drawn on the device, ``device_sampling``) or "auto" (the default: "device"; on an H100 it took the anchor's RTF
-    from 0.073 to 0.067 and 16 clients from 3.93 to 4.39 requests/s)."""
+    drawn on the device, ``device_sampling``; the fast path only) or "auto" (the option's default: "device" on the
+    fast path; on an H100 it took the anchor's RTF from 0.073 to 0.067 and 16 clients from 3.93 to 4.39
+    requests/s)."""
 
     mode: str = "auto"
     slots: int = 1
@@ -45,8 +46,6 @@ class DecodeChoice:
             raise ValueError(f"decode_kernels must be one of {', '.join(KERNELS)}, not {kernels!r}")
         if sampling not in SAMPLINGS:
             raise ValueError(f"decode_sampling must be one of {', '.join(SAMPLINGS)}, not {sampling!r}")
-        if sampling == "auto":
-            sampling = "device"
         return cls(mode, int(slots), kernels=kernels, sampling=sampling)
 
 
@@ -55,10 +54,12 @@ def prepare_llm(llm: Any, device: str, choice: DecodeChoice, mask_stops: bool) -
     Must run before ``upstream.install_guards`` wraps the sampler. ``None``: upstream's loop stays in charge."""
     fix_step_mask(llm.llm)
     if choice.mode == "off" or (choice.mode == "auto" and not device.startswith("cuda")):
-        if choice.kernels == "triton":
-            raise BackendLoadError("decode_kernels=triton runs on the fast decode path: leave fast_decode on (CUDA).")
+        option = _fast_path_only(choice)
+        if option is not None:
+            raise BackendLoadError(f"{option} runs on the fast decode path: leave fast_decode on (CUDA).")
         return None
     kernels = resolve_kernels(choice.kernels, device)
+    sampling = "device" if choice.sampling == "auto" else choice.sampling
     if choice.slots > 1:  # stepping only the rows in use: alone in 16 slots, 296 tokens/s, not 163 (1 slot: 270; H200)
         config = BatchConfig(
             choice.slots,
@@ -66,10 +67,17 @@ def prepare_llm(llm: Any, device: str, choice: DecodeChoice, mask_stops: bool) -
             shrink_rows=True,
             own_stream=choice.own_stream,
             kernels=kernels,
-            sampling=choice.sampling,
+            sampling=sampling,
         )
         return install_batched_decode(llm, config)
-    return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops, kernels=kernels, sampling=choice.sampling))
+    return install_fast_decode(llm, FastDecodeConfig(mask_stops=mask_stops, kernels=kernels, sampling=sampling))
+
+
+def _fast_path_only(choice: DecodeChoice) -> str | None:
+    """The first option asked for that only the fast path honours (None: none)."""
+    if choice.kernels == "triton":
+        return "decode_kernels=triton"
+    return "decode_sampling=device" if choice.sampling == "device" else None
 
 
 def resolve_kernels(kernels: str, device: str) -> str:
