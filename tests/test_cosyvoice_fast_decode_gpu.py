@@ -11,9 +11,9 @@ from __future__ import annotations
 import copy
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -22,6 +22,7 @@ from tests.fixture_cosyvoice_llm import require_upstream, run_concurrently, tiny
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 TOKENS = 48
+T = TypeVar("T")
 SEEDS = (0, 1, 2)
 
 
@@ -257,31 +258,48 @@ def test_batched_greedy_equals_upstream(llm: Any, shrink_rows: bool) -> None:
     assert results == upstream
 
 
+def _prompts(llm: Any) -> list[Any]:
+    """Three prompt embeddings of different lengths (60, 80, 100 positions) on the GPU."""
+    return [torch.randn(1, 60 + 20 * i, llm.llm_input_size, device="cuda") * 0.05 for i in range(3)]
+
+
+def _side_by_side(batcher: Any, prompts: list[Any]) -> list[Any]:
+    """The prompts decoded at once in ``batcher``: 40 tokens each (None for one still running), seed = index."""
+    return run_concurrently(
+        [functools.partial(lambda p, s: list(batcher.decode(p, 40, 40, seed=s)), p, i) for i, p in enumerate(prompts)],
+        timeout_s=600,
+    )
+
+
+def _with_waits_counted(call: Callable[[], T]) -> tuple[T, list[str]]:
+    """``call``'s result, and the ``file:line`` of every operation that waited for the device during it
+    (``torch.cuda.set_sync_debug_mode``)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode(1)
+        try:
+            result = call()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return result, [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+
+
 def test_a_batched_step_waits_for_the_device_twice_whatever_its_rows(llm: Any) -> None:
     """Three requests decoded side by side: every row of a step is sampled at once, so the host waits for the
     device about twice a step (the rows' top-k probabilities, then their tokens), where each row alone waited six
     or seven times a token (counted by ``torch.cuda.set_sync_debug_mode``)."""
-    import warnings
-
     from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher
 
-    prompts = [torch.randn(1, 60 + 20 * i, llm.llm_input_size, device="cuda") * 0.05 for i in range(3)]
+    prompts = _prompts(llm)
     batcher = DecodeBatcher(llm, BatchConfig(slots=4, capacity=1024, mask_stops=True))  # no early stop id
     try:
         list(batcher.decode(prompts[0], 4, 4, seed=1))  # graphs and caches warmed outside the count
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode(1)
-            try:
-                decoded = run_concurrently(
-                    [functools.partial(lambda p, s: list(batcher.decode(p, 40, 40, seed=s)), p, i)
-                     for i, p in enumerate(prompts)], timeout_s=600)  # fmt: skip
-            finally:
-                torch.cuda.set_sync_debug_mode(0)
+        decoded, syncs = _with_waits_counted(functools.partial(_side_by_side, batcher, prompts))
     finally:
         batcher.close()
     tokens = sum(len(d) for d in decoded)
-    syncs = [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
     assert tokens == 120
     where = {line: syncs.count(line) for line in set(syncs)}
     assert 40 <= len(syncs) <= 2 * 40 + 40, f"{len(syncs)} waits over {tokens} tokens in about 40 steps: {where}"
@@ -291,28 +309,17 @@ def test_device_sampling_never_waits_in_a_step_and_a_batch_equals_each_run_alone
     """``decode_sampling=device``: three requests side by side draw the tokens each draws alone (each from its own
     seed's uniforms), and no operation in the token loop waits for the device (the tokens are read behind an
     event once the next step is queued); what waits is the prefills."""
-    import warnings
-
     from voicelab.backends.cosyvoice.batch_decode import BatchConfig, DecodeBatcher
 
-    prompts = [torch.randn(1, 60 + 20 * i, llm.llm_input_size, device="cuda") * 0.05 for i in range(3)]
+    prompts = _prompts(llm)
     batcher = DecodeBatcher(llm, BatchConfig(slots=4, capacity=1024, mask_stops=True, sampling="device"))
     try:
         alone = [list(batcher.decode(p, 40, 40, seed=i)) for i, p in enumerate(prompts)]
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode(1)
-            try:
-                together = run_concurrently(
-                    [functools.partial(lambda p, s: list(batcher.decode(p, 40, 40, seed=s)), p, i)
-                     for i, p in enumerate(prompts)], timeout_s=600)  # fmt: skip
-            finally:
-                torch.cuda.set_sync_debug_mode(0)
+        together, syncs = _with_waits_counted(functools.partial(_side_by_side, batcher, prompts))
     finally:
         batcher.close()
     assert together == alone and [len(t) for t in alone] == [40, 40, 40]
     assert len({tuple(t) for t in alone}) == 3
-    syncs = [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
     where = {line: syncs.count(line) for line in set(syncs)}
     assert not any(name.startswith(("device_sampling", "batch_decode")) for name in where), where
     assert len(syncs) <= 3 * 6, f"{len(syncs)} waits for 3 prefills and ~40 steps: {where}"
@@ -321,24 +328,15 @@ def test_device_sampling_never_waits_in_a_step_and_a_batch_equals_each_run_alone
 def test_one_slot_with_device_sampling_replays_its_draw_and_never_waits_in_the_token_loop(llm: Any) -> None:
     """``decode_slots=1`` with ``decode_sampling=device`` (the default): the one-row draw is captured, a seed
     fixes the tokens, and no operation in the token loop waits for the device (the prefill's waits aside)."""
-    import warnings
-
     from voicelab.backends.cosyvoice.fast_decode import FastDecodeConfig, install_fast_decode
 
     decoder = install_fast_decode(llm, FastDecodeConfig(capacity=1024, mask_stops=True, sampling="device"))
     try:
         assert decoder.sampler is not None and sorted(decoder.sampler.graphs) == [1]
         first = _tokens(llm, 0, 3)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode(1)
-            try:
-                again = _tokens(llm, 0, 3)
-            finally:
-                torch.cuda.set_sync_debug_mode(0)
+        again, where = _with_waits_counted(functools.partial(_tokens, llm, 0, 3))
         other = _tokens(llm, 0, 4)
     finally:
         del llm.inference_wrapper
     assert first == again != other and len(first) == TOKENS
-    where = [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
     assert not any(name.startswith(("device_sampling", "fast_decode")) for name in where), where

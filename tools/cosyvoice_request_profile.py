@@ -32,6 +32,7 @@ from voicelab.bench.cosyvoice_anchor import anchor_texts, anchor_voice
 from voicelab.bench.soak import DEFAULT_PROMPTS
 
 SAMPLE_RATE = 24000
+WARM_CALLS = 3  # untimed calls before a timed median
 
 
 @dataclass(frozen=True)
@@ -110,14 +111,9 @@ def sampling_ms(rules: Any, vocab: int, rows: int, like: Any, repeats: int = 50)
 
     from voicelab.backends.cosyvoice.sampling import Row
 
-    logp = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)).mul(4).log_softmax(1).to(like)
+    logp = _random_logp(rows, vocab, like)
     states = [Row(list(range(i, i + 10)), 0, torch.Generator(like.device).manual_seed(i)) for i in range(rows)]
-    times = []
-    for _ in range(repeats + 3):
-        start = time.perf_counter()
-        rules.sample_rows(logp, states)
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times[3:])
+    return _median_ms(lambda: rules.sample_rows(logp, states), repeats)
 
 
 def device_sampling_ms(rules: Any, vocab: int, rows: int, like: Any, repeats: int = 50) -> float:
@@ -127,8 +123,8 @@ def device_sampling_ms(rules: Any, vocab: int, rows: int, like: Any, repeats: in
 
     from voicelab.backends.cosyvoice.device_sampling import SlotSampler
 
-    logp = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)).mul(4).log_softmax(1).to(like)
-    sampler = SlotSampler(rules, rows, repeats + 3, like.device)
+    logp = _random_logp(rows, vocab, like)
+    sampler = SlotSampler(rules, rows, repeats + WARM_CALLS, like.device)
     into = (
         torch.zeros(rows, dtype=torch.long, device=like.device),
         torch.zeros(rows, dtype=torch.long, device=like.device),
@@ -137,12 +133,27 @@ def device_sampling_ms(rules: Any, vocab: int, rows: int, like: Any, repeats: in
         sampler.capture(logp, *into, [rows])
     for slot in range(rows):
         sampler.admit(slot, torch.Generator(like.device).manual_seed(slot), 0, 10)
+    return _median_ms(lambda: sampler.next_inputs(logp, *into).tolist(), repeats)
+
+
+def _random_logp(rows: int, vocab: int, like: Any) -> Any:
+    """Fixed random (rows, vocab) log-probabilities, sharp as a trained LLM's, in ``like``'s dtype and device."""
+    import torch
+
+    return torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)).mul(4).log_softmax(1).to(like)
+
+
+def _median_ms(call: Callable[[], object], repeats: int) -> float:
+    """Median host ms of ``repeats`` calls after ``WARM_CALLS`` untimed ones (each call ends by reading the
+    device, so its time is its own)."""
+    for _ in range(WARM_CALLS):
+        call()
     times = []
-    for _ in range(repeats + 3):
+    for _ in range(repeats):
         start = time.perf_counter()
-        sampler.next_inputs(logp, *into).tolist()
+        call()
         times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times[3:])
+    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,10 +10,10 @@ before is below ``top_p``, at most ``top_k``) and its whole-softmax redraw when 
 times or more in the last ``win_size``, each draw by inverse CDF from one uniform number. A request's uniforms are
 drawn once, when it is admitted, from its own generator (two a token, for as many tokens as its cache slot holds), so
 a fixed seed gives the same tokens whoever shares its steps; they are not upstream's tokens for that seed, which the
-exact sampler (the default) keeps. The last ``win_size`` tokens of each slot live on the device too.
+exact sampler (``decode_sampling=exact``) keeps. The last ``win_size`` tokens of each slot live on the device too.
 
 Nothing in a draw is random or read from the host, so on CUDA each row bucket's draw (with the next step's inputs)
-is captured in a CUDA graph when the batcher is built: ~40 small kernels eagerly cost ~1.2 ms of launches a step on
+is captured in a CUDA graph when the decoder is built: ~40 small kernels eagerly cost ~1.2 ms of launches a step on
 an H100 whatever the rows; one replay costs one launch.
 
 The arithmetic is float32 whatever the model's dtype. Where its running sums differ from upstream's one-at-a-time
@@ -55,7 +55,8 @@ class SlotState:
 
 
 class SlotSampler:
-    """Owned by the batch driver's thread; every method only queues device work (nothing waits)."""
+    """Used by one thread at a time (the batch driver's, or the one-slot decoder's request under its lock); every
+    method only queues device work (nothing waits)."""
 
     def __init__(self, rules: TokenRules, slots: int, capacity: int, device: torch.device) -> None:
         self.rules, self.capacity = rules, capacity
@@ -107,8 +108,9 @@ class SlotSampler:
             self.graphs.clear()
             torch.cuda.synchronize()
             log.warning("decode sampling: CUDA graph capture failed, drawing eagerly: %s", exc)
-        for tensor in (self.state.window, self.state.count, self.state.active, into_tokens, into_positions):
-            tensor.fill_(-1 if tensor is self.state.window else 0)
+        self.state.window.fill_(-1)
+        for tensor in (self.state.count, self.state.active, into_tokens, into_positions):
+            tensor.fill_(0)
 
     def _capture(
         self, logp: torch.Tensor, into_tokens: torch.Tensor, into_positions: torch.Tensor, row_buckets: Sequence[int]
