@@ -209,6 +209,34 @@ def test_static_step_log_probs_match_a_full_forward(llm: Any) -> None:
     torch.testing.assert_close(second, expected[9], atol=1e-4, rtol=1e-4)
 
 
+def test_a_prompt_padded_to_its_prefill_bucket_fills_its_slot_as_prefilled_alone(llm: Any) -> None:
+    """The path each prefill graph holds (padded to the bucket, staged, copied into the slot), run eagerly: the same
+    first-token log-probabilities and the same keys and values at the prompt's positions of the slot asked for,
+    nothing written past them or into other slots; a prompt longer than every bucket is left to the plain prefill."""
+    from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache
+    from voicelab.backends.cosyvoice.prefill_graphs import PrefillGraphs
+    from voicelab.backends.cosyvoice.step_graphs import StepRunner
+
+    shape = QwenShape.of(llm.llm.model.config)
+    plain = StepRunner(llm, StaticKvCache(shape, 2, 64, torch.float32, torch.device("cpu")), graphs=False)
+    cache = StaticKvCache(shape, 2, 64, torch.float32, torch.device("cpu"))
+    vocabulary = plain.logp.shape[1]
+    padded = PrefillGraphs(StepRunner(llm, cache, graphs=False).qwen, cache, plain._head, vocabulary, graphs=False,
+                           buckets=(16, 32))  # fmt: skip
+    with torch.inference_mode():
+        for length, slot in ((9, 1), (23, 0), (16, 1)):
+            prompt = _prompt(length, seed=length)
+            expected = plain.prefill(prompt, slot)
+            got = padded.prefill(prompt, slot)
+            assert got is not None
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+            for mine, theirs in ((cache.keys, plain.cache.keys), (cache.values, plain.cache.values)):
+                torch.testing.assert_close(mine[:, slot, :, :length], theirs[:, slot, :, :length], atol=1e-5, rtol=0)
+        assert not cache.keys[:, :, :, 23:].any() and not cache.values[:, 1, :, 16:].any()
+        assert padded.prefill(_prompt(33, seed=5), 0) is None
+    assert padded.graphs == {} and padded.reports == []  # on the CPU nothing is captured
+
+
 def test_upstream_eager_step_attends_to_every_position_once_fixed(llm_dir: Path) -> None:
     from voicelab.backends.cosyvoice.fast_decode import fix_step_mask
 

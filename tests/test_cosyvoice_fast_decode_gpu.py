@@ -80,7 +80,7 @@ def test_graph_steps_equal_eager_steps(llm: Any) -> None:
     assert decoder.runner.captured
     assert graphed == eager
     assert all(len(tokens) == TOKENS for tokens in graphed)
-    reports = decoder.runner.reports  # what the panel shows: one per graph, its memory, replay faster than eager
+    reports = [r for r in decoder.runner.reports if r.stage != "llm prefill"]  # the panel: one per step graph
     assert len(reports) == len(decoder.runner.graphs) and sum(r.bytes for r in reports) > 0
     assert all(r.stage == "llm step" and r.kept and r.graph_ms > 0 and r.eager_ms > 0 for r in reports)
     assert all(r.graph_ms < r.eager_ms for r in reports if r.rows == 1)  # launch-bound: one row, one graph
@@ -163,10 +163,11 @@ def test_auto_kernels_keep_one_graph_per_shape_and_decode_as_pytorchs_step(cuda_
         if kernels == "auto":
             runner = decoder.runner
     assert runner.captured and set(runner.kernels_for) == set(runner.graphs)
-    stages = {report.stage for report in runner.reports}
-    assert stages == {"llm step", "llm step (triton)"} and len(runner.reports) == 2 * len(runner.graphs)
+    steps = [report for report in runner.reports if report.stage != "llm prefill"]
+    assert {report.stage for report in steps} == {"llm step", "llm step (triton)"}
+    assert len(steps) == 2 * len(runner.graphs)
     for shape, side in runner.kernels_for.items():
-        kept = [r for r in runner.reports if (r.rows, r.length) == shape and r.kept]
+        kept = [r for r in steps if (r.rows, r.length) == shape and r.kept]
         assert len(kept) == 1 and kept[0].stage == ("llm step" if side == "torch" else "llm step (triton)")
     prefixes = [_agreed(a, t) for a, t in zip(decoded["auto"], decoded["torch"], strict=True)]
     assert all(a == t or agreed >= 16 for a, t, agreed in zip(*decoded.values(), prefixes, strict=True)), prefixes
@@ -340,3 +341,29 @@ def test_one_slot_with_device_sampling_replays_its_draw_and_never_waits_in_the_t
         del llm.inference_wrapper
     assert first == again != other and len(first) == TOKENS
     assert not any(name.startswith(("device_sampling", "fast_decode")) for name in where), where
+
+
+def test_prefill_graphs_equal_the_eager_prefill_and_never_wait(cuda_llm: Any) -> None:
+    """Prompts of 60, 100 and 300 positions prefilled from their captured buckets (padded to 64, 128, 320): the
+    first token's log-probabilities and the slot's keys as the eager prefill leaves them, the padding's keys
+    nowhere in the slot, and no operation waiting for the device."""
+    from voicelab.backends.cosyvoice.kv_cache import QwenShape, StaticKvCache
+    from voicelab.backends.cosyvoice.step_graphs import StepRunner
+
+    weight = cuda_llm.llm_decoder.weight
+    shape = QwenShape.of(cuda_llm.llm.model.config)
+    graphed = StepRunner(cuda_llm, StaticKvCache(shape, 2, 1024, weight.dtype, weight.device), graphs=True)
+    eager = StepRunner(cuda_llm, StaticKvCache(shape, 2, 1024, weight.dtype, weight.device), graphs=False)
+    assert graphed.prefills is not None and {64, 128, 320} <= set(graphed.prefills.graphs)
+    assert {r.length for r in graphed.reports if r.stage == "llm prefill" and r.kept} == set(graphed.prefills.graphs)
+    with torch.inference_mode():
+        for length in (60, 100, 300):
+            prompt = torch.randn(1, length, cuda_llm.llm_input_size, device="cuda") * 0.05
+            got, where = _with_waits_counted(functools.partial(graphed.prefill, prompt, 1))
+            expected = eager.prefill(prompt, 1)
+            assert where == [], where
+            assert (got - expected).abs().max() < 1e-3
+            keys, reference = graphed.cache.keys[:, 1, :, :length], eager.cache.keys[:, 1, :, :length]
+            assert (keys - reference).abs().max() <= 1e-3 * reference.abs().max()
+            assert not graphed.cache.keys[:, 1, :, length:].any()
+            graphed.cache.keys.zero_()

@@ -35,23 +35,41 @@ def device_ms(fn: Callable[[], object], runs: int = TIMING_RUNS) -> float:
     return statistics.median(times)
 
 
-def warm_up(fn: Callable[[], object], times: int = 1) -> None:
-    """``fn`` run ``times`` on a side stream, as a capture needs: lazy initialisation, cuBLAS and cuDNN plans and
-    the allocator's first blocks all happen outside the graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+class SideStream:
+    """The one stream a set of graphs warms up and captures on, made on first use (CUDA only).
+
+    cuBLAS and cuBLASLt keep a workspace per handle and stream for the life of the process (32 MiB and more each on
+    Hopper, never returned to the allocator), and PyTorch hands out new streams from a pool of 32 per device: a new
+    stream for every bucket's warm-up left a workspace behind for each of them, up to the pool's 32. One stream per
+    graph set keeps it to one."""
+
+    def __init__(self) -> None:
+        self._stream: torch.cuda.Stream | None = None
+
+    @property
+    def stream(self) -> torch.cuda.Stream:
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        return self._stream
+
+
+def warm_up(fn: Callable[[], object], side: SideStream, times: int = 1) -> None:
+    """``fn`` run ``times`` on the set's side stream, as a capture needs: lazy initialisation, cuBLAS and cuDNN
+    plans and the allocator's first blocks all happen outside the graph."""
+    stream = side.stream
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
         for _ in range(times):
             fn()
-    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.current_stream().wait_stream(stream)
 
 
-def capture(fn: Callable[[], T], pool: Any) -> tuple[torch.cuda.CUDAGraph, T]:
-    """One call of ``fn`` captured into a graph on ``pool``, and that call's outputs (the graph's output buffers).
-    thread_local: other threads (the worker's heartbeat reading allocator stats, requests side by side) keep going
-    while this one captures."""
+def capture(fn: Callable[[], T], pool: Any, side: SideStream) -> tuple[torch.cuda.CUDAGraph, T]:
+    """One call of ``fn`` captured into a graph on ``pool`` (on the set's side stream), and that call's outputs
+    (the graph's output buffers). thread_local: other threads (the worker's heartbeat reading allocator stats,
+    requests side by side) keep going while this one captures."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+    with torch.cuda.graph(graph, pool=pool, stream=side.stream, capture_error_mode="thread_local"):
         outputs = fn()
     return graph, outputs
 

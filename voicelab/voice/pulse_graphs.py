@@ -24,6 +24,7 @@ import torch
 
 from voicelab.backends.base import GraphBucket
 from voicelab.backends.cuda_graphs import (
+    SideStream,
     bucket_for,
     capture,
     device_ms,
@@ -62,6 +63,7 @@ class AnalysisGraphs:
         self._uses: Counter[tuple[int, int, int]] = Counter()
         self._reports: list[GraphBucket] = []
         self._pool: Any = None  # torch.cuda.graph_pool_handle(), shared by every bucket
+        self._side = SideStream()  # every bucket's warm-up and capture
         self._pool_bytes = 0
         self._broken = False
 
@@ -118,11 +120,11 @@ class AnalysisGraphs:
         def analysis() -> pulse.PulseFeatures:
             return pulse.analyse(static.x, static.lengths, sr, frames)
 
-        warm_up(analysis)
+        warm_up(analysis, self._side)
         eager_ms = device_ms(analysis)
         self._pool = self._pool or torch.cuda.graph_pool_handle()
         before = pool_bytes(self._pool)
-        graph, features = capture(analysis, self._pool)
+        graph, features = capture(analysis, self._pool, self._side)
         grown = pool_bytes(self._pool) - before
         self._pool_bytes += grown
         graph_ms = device_ms(graph.replay)

@@ -33,7 +33,7 @@ import torch
 
 from voicelab.backends.base import GraphBucket
 from voicelab.backends.cosyvoice.sampling import TokenRules
-from voicelab.backends.cuda_graphs import capture, device_ms, warm_up
+from voicelab.backends.cuda_graphs import SideStream, capture, device_ms, warm_up
 
 log = logging.getLogger(__name__)
 STAGE = "llm sampling"  # the panel's name for the draws' graphs
@@ -62,6 +62,7 @@ class SlotSampler:
         self.rules, self.capacity = rules, capacity
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # rows -> graph, its drawn tokens
         self.reports: list[GraphBucket] = []
+        self.side = SideStream()  # every row bucket's warm-up and capture
         self.state = SlotState(
             uniforms=torch.zeros(slots, capacity, 2, device=device),
             window=torch.full((slots, rules.params.win_size), -1, dtype=torch.long, device=device),
@@ -118,10 +119,10 @@ class SlotSampler:
         pool = None
         for rows in row_buckets:
             call = functools.partial(self._eager_next, logp[:rows], into_tokens, into_positions)
-            warm_up(call)
+            warm_up(call, self.side)
             eager_ms = device_ms(call)
             allocated = torch.cuda.memory_allocated()
-            graph, tokens = capture(call, pool)
+            graph, tokens = capture(call, pool, self.side)
             pool = graph.pool()
             added, graph_ms = torch.cuda.memory_allocated() - allocated, device_ms(graph.replay)
             kept = graph_ms < eager_ms

@@ -50,6 +50,7 @@ import torch
 
 from voicelab.backends.base import GraphBucket
 from voicelab.backends.cuda_graphs import (
+    SideStream,
     bucket_for,
     capture,
     device_ms,
@@ -96,6 +97,7 @@ class GraphedEstimator(torch.nn.Module):
         self.reports: list[GraphBucket] = []
         self.lock = threading.Lock()
         self.pool: Any = None
+        self.side = SideStream()  # every bucket's warm-up and capture
         self.released = False  # graphs dropped by ``release``: ``capture_all`` again when no request runs
 
     def __getattr__(self, name: str) -> Any:  # upstream reads e.g. ``static_chunk_size`` off its estimator
@@ -169,8 +171,8 @@ class GraphedEstimator(torch.nn.Module):
         stage = "flow estimator, streamed" if streaming else "flow estimator"
         try:
             eager()
-            warm_up(eager)
-            graph, output = capture(eager, self.pool)
+            warm_up(eager, self.side)
+            graph, output = capture(eager, self.pool, self.side)
             self.pool = graph.pool()
         except RuntimeError as exc:  # a kernel that cannot be captured: this bucket stays eager
             log.warning("%s graph for %d frames not captured: %s", stage, bucket, exc)

@@ -17,11 +17,13 @@ inside them); the prefill stays on transformers' modules either way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from voicelab.backends.cosyvoice.kv_cache import StaticKvCache
 
@@ -32,6 +34,8 @@ from voicelab.backends.cosyvoice.kv_cache import StaticKvCache
 VALUE_CHUNK = 64  # positions per partial sum (32 and 128 within 2 %)
 MIN_VALUE_PARTS = 8  # from 512 positions
 KERNELS = ("auto", "torch", "triton")  # auto: both prepared, each step names its side (``step_choice``)
+# The prefill's attention kernels, in PyTorch's order of preference: cuDNN's is left out (see ``run_prompt``).
+PREFILL_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 class StaticQwen:
@@ -76,18 +80,32 @@ class StaticQwen:
     def prefill(self, embeds: torch.Tensor, slot: int) -> torch.Tensor:
         """Run a (1, length, hidden) prompt into ``slot``'s positions 0..length-1; the last position's output
         after the final norm, (1, hidden)."""
+        hidden = self.run_prompt(embeds, lambda index, key, value: self.cache.write_prefix(index, slot, key, value))
+        return self.norm(hidden[:, -1])
+
+    def run_prompt(
+        self, embeds: torch.Tensor, write: Callable[[int, torch.Tensor, torch.Tensor], None]
+    ) -> torch.Tensor:
+        """The body over a (1, length, hidden) prompt, each layer's (kv_heads, length, head_dim) keys and values
+        handed to ``write(layer, keys, values)``; (1, length, hidden) before the final norm. Causal: a position's
+        output and keys depend on the positions up to it only, so a prompt padded at the end (``prefill_graphs``)
+        leaves its own positions unchanged. Attention by flash or memory-efficient kernels where they apply, else
+        PyTorch's math kernel, never cuDNN's (it plans anew for every prompt length)."""
         length = embeds.shape[1]
         positions = torch.arange(length, device=embeds.device).unsqueeze(0)
         cos, sin = self.rotary(embeds, positions)
         hidden = embeds
-        for index, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            query, key, value = self._qkv(attn, layer.input_layernorm(hidden), cos, sin)
-            self.cache.write_prefix(index, slot, key[0], value[0])
-            out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=self.scaling, enable_gqa=True)
-            hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(1, length, -1))
-            hidden = self._mlp(layer, hidden)
-        return self.norm(hidden[:, -1])
+        with sdpa_kernel(PREFILL_ATTENTION):
+            for index, layer in enumerate(self.layers):
+                attn = layer.self_attn
+                query, key, value = self._qkv(attn, layer.input_layernorm(hidden), cos, sin)
+                write(index, key[0], value[0])
+                out = F.scaled_dot_product_attention(
+                    query, key, value, is_causal=True, scale=self.scaling, enable_gqa=True
+                )
+                hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(1, length, -1))
+                hidden = self._mlp(layer, hidden)
+        return hidden
 
     def step(self, embeds: torch.Tensor, positions: torch.Tensor, length: int, side: str | None = None) -> torch.Tensor:
         """One token for each of the cache's first ``slots`` slots: (slots, 1, hidden) inputs at (slots,)

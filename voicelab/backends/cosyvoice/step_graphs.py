@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from voicelab.backends.base import GraphBucket
 from voicelab.backends.cosyvoice import step_choice
 from voicelab.backends.cosyvoice.kv_cache import StaticKvCache, fit
+from voicelab.backends.cosyvoice.prefill_graphs import PrefillGraphs
 from voicelab.backends.cosyvoice.static_qwen import StaticQwen
 from voicelab.backends.cuda_graphs import device_ms
 
@@ -48,8 +49,11 @@ class StepRunner:
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (rows, length bucket) -> graph
         self.kernels_for: dict[tuple[int, int], str] = {}  # the side each captured shape replays (auto: chosen)
         self.reports: list[GraphBucket] = []  # one per graph, for the panel: its memory, warm-up (eager) and replay ms
+        self.prefills: PrefillGraphs | None = None
         if graphs and device.type == "cuda":
             self._capture_or_fall_back()
+            self.prefills = PrefillGraphs(self.qwen, cache, self._head, vocabulary, graphs=True)
+            self.reports += self.prefills.reports
 
     def _capture_or_fall_back(self) -> None:
         """Capture every shape; if that fails with both sides (``auto``), again with PyTorch's kernels alone; if it
@@ -72,9 +76,16 @@ class StepRunner:
         return bool(self.graphs)
 
     def prefill(self, embeds: torch.Tensor, slot: int) -> torch.Tensor:
-        """A prompt into ``slot``; the log-probabilities of its next token, (vocabulary,)."""
-        hidden = self.qwen.prefill(embeds, slot)
-        return self.llm.llm_decoder(hidden).log_softmax(dim=-1)[0]
+        """A prompt into ``slot``; the log-probabilities of its next token, (vocabulary,). On CUDA from a captured
+        prefill bucket where one holds the prompt (``prefill_graphs``)."""
+        logp = self.prefills.prefill(embeds, slot) if self.prefills is not None else None
+        if logp is not None:
+            return logp
+        return self._head(self.qwen.prefill(embeds, slot))[0]
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(rows, hidden) after the final norm -> (rows, vocabulary) log-probabilities."""
+        return self.llm.llm_decoder(hidden).log_softmax(dim=-1)
 
     def _eager(self, rows: int, length: int, side: str | None = None) -> None:
         """One step of the first ``rows`` slots over ``length`` positions with ``side``'s kernels (by default the
@@ -82,7 +93,7 @@ class StepRunner:
         side = side or self.kernels_for.get((rows, length), self.qwen.sides[0])
         embeds = F.embedding(self.tokens[:rows], self.llm.speech_embedding.weight).unsqueeze(1)
         hidden = self.qwen.step(embeds, self.positions[:rows], length, side)
-        self.logp[:rows].copy_(self.llm.llm_decoder(hidden).log_softmax(dim=-1))
+        self.logp[:rows].copy_(self._head(hidden))
 
     def step(self, longest: int, slots: int = 1) -> torch.Tensor:
         """Advance slots 0..slots-1 by one token (``tokens``/``positions`` set by the caller); ``longest`` is

@@ -33,7 +33,13 @@ import torch.nn.functional as F
 from voicelab.backends.base import GraphBucket
 from voicelab.backends.cosyvoice.flow_graphs import matmul_tf32
 from voicelab.backends.cosyvoice.speech_loop import Hops
-from voicelab.backends.cuda_graphs import capture, device_ms, restore_generator_after_failed_capture, warm_up
+from voicelab.backends.cuda_graphs import (
+    SideStream,
+    capture,
+    device_ms,
+    restore_generator_after_failed_capture,
+    warm_up,
+)
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +126,7 @@ class GraphedVocoder:
         self.lock = threading.Lock()
         self.replayed: Any = None  # an event after the last replay: the next waits for it, on whichever stream
         self.pool: Any = None
+        self.side = SideStream()  # every shape's warm-up and capture
         self.released = False  # graphs dropped by ``release``: ``capture_all`` again when no request runs
 
     def inference(
@@ -173,8 +180,8 @@ class GraphedVocoder:
         static = (feat, cache, draws.phase, draws.sine_noise)
         call = functools.partial(vocode, self.hift, *static)
         try:
-            warm_up(call)
-            graph, outputs = capture(call, self.pool)
+            warm_up(call, self.side)
+            graph, outputs = capture(call, self.pool, self.side)
             self.pool = graph.pool()
         except RuntimeError as exc:  # a kernel that cannot be captured: this shape stays eager
             log.warning("%s graph for %d frames not captured: %s", STAGE, feat.shape[2], exc)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from voicelab.backends.base import GraphBucket
-from voicelab.backends.cuda_graphs import bucket_for, capture, device_ms, warm_up
+from voicelab.backends.cuda_graphs import SideStream, bucket_for, capture, device_ms, warm_up
 from voicelab.backends.piper.model import VitsModel
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class VitsGraphs:
     max_bytes: int = 2 << 30
     _captured: dict[tuple[str, int, int], _Captured] = field(default_factory=dict)
     _pool: Any = None  # torch.cuda.graph_pool_handle(), shared by every bucket's graph
+    _side: SideStream = field(default_factory=SideStream)  # every bucket's warm-up and capture
     _pool_bytes: int = 0
     _unit_bytes: dict[str, float] = field(default_factory=dict)  # per stage: most pool growth per rows x length
     _broken: bool = False
@@ -203,12 +204,12 @@ class VitsGraphs:
     def _capture(self, stage: str, rows: int, length: int, inputs: tuple[torch.Tensor, ...]) -> _Captured:
         """Warm up on a side stream, time eager, capture, time replays; keep the graph only if it is faster."""
         call = functools.partial(self._stage(stage), *inputs)
-        warm_up(call, times=2)
+        warm_up(call, self._side, times=2)
         eager_ms = device_ms(call)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         before = torch.cuda.memory_reserved()
-        graph, outputs = capture(call, self._pool)
+        graph, outputs = capture(call, self._pool, self._side)
         grown = max(torch.cuda.memory_reserved() - before, 0)
         self._pool_bytes += grown
         self._unit_bytes[stage] = max(self._unit_bytes.get(stage, 0.0), grown / (rows * length))
