@@ -12,7 +12,8 @@ keys together, the residual adds inside the output and down projections' matmuls
 score matmul, PyTorch's fused RMSNorm, and the weighted sum over cached values in partial sums where one matmul
 would leave most of the device idle (``_weighted_values``). With ``kernels="triton"`` a step's layer runs as six or
 seven Triton kernels instead (``fused_step``: the norms, bias, rotary, cache write, attention, residuals and SiLU
-inside them); the prefill stays on transformers' modules either way.
+inside them); the prefill runs through transformers' modules either way (replayed from CUDA graphs by
+``prefill_graphs``).
 """
 
 from __future__ import annotations
