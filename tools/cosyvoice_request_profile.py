@@ -5,14 +5,14 @@
 
 Loads the model as the backend does (``load_runtime``) and runs ``--runs`` whole (unstreamed) requests one at a
 time, each in a voice new to the cache (a cut of a test prompt, as ``bench cosyvoice``'s anchor phase makes them)
-with a Mandarin text of ``--chars`` characters. Each line: the new voice's features, the first and last token and the
-time per token, the flow's and the vocoder's spans, the whole request and its RTF, in ms from the request's start
-(the device synchronised around each stage, so the spans are the stages' own). One more request then runs under
-``torch.cuda.set_sync_debug_mode``: every operation that waited for the device, counted by source line, over the
-tokens it decoded. Last, one step's sampling alone (``TokenRules.sample_rows`` on random log-probabilities, 1 and
-``--slots`` rows, the device synchronised around it, then the same for ``decode_sampling=device``): what a token
-costs besides the step's replay and the host's gaps. The first run carries one-off warm-up; the p50 line leaves out
-the first two. No engine, no IPC.
+with a Mandarin text of ``--chars`` characters. Each line: the new voice's features, the first and last token and
+the time per token, the flow's span (and its encoder's and decoder's), the vocoder's, the whole request and its RTF,
+in ms from the request's start (the device synchronised around each stage, so the spans are the stages' own). One
+more request then runs under ``torch.cuda.set_sync_debug_mode``: every operation that waited for the device, counted
+by source line, over the tokens it decoded. Last, one step's sampling alone (``TokenRules.sample_rows`` on random
+log-probabilities, 1 and ``--slots`` rows, the device synchronised around it, then the same for
+``decode_sampling=device``): what a token costs besides the step's replay and the host's gaps. The first run carries
+one-off warm-up; the p50 line leaves out the first two. No engine, no IPC.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.cosyvoice_first_audio import instrument, marks_ms, span
+from tools.cosyvoice_first_audio import _timed, instrument, marks_ms, span
 from voicelab.bench.cosyvoice_anchor import anchor_texts, anchor_voice
 from voicelab.bench.soak import DEFAULT_PROMPTS
 
@@ -44,6 +44,8 @@ class Stages:
     first_token_ms: float
     last_token_ms: float
     flow_ms: tuple[float, float]
+    flow_encoder_ms: float  # of the flow: its encoder's span, then its decoder's (the ten Euler steps)
+    flow_decoder_ms: float
     vocoder_ms: tuple[float, float]
     total_ms: float
     audio_s: float
@@ -57,7 +59,8 @@ class Stages:
         return (
             f"features {self.features_ms:.0f} ms, {self.tokens} tokens from {self.first_token_ms:.0f} to "
             f"{self.last_token_ms:.0f} ms ({per_token:.2f} ms a token), "
-            f"flow {self.flow_ms[0]:.0f}-{self.flow_ms[1]:.0f}, "
+            f"flow {self.flow_ms[0]:.0f}-{self.flow_ms[1]:.0f} (encoder {self.flow_encoder_ms:.0f}, decoder "
+            f"{self.flow_decoder_ms:.0f}), "
             f"vocoder {self.vocoder_ms[0]:.0f}-{self.vocoder_ms[1]:.0f}, whole {self.total_ms:.0f} ms for "
             f"{self.audio_s:.2f} s of audio, RTF {self.rtf:.3f}"
         )
@@ -72,10 +75,24 @@ def stages(marks: list[tuple[str, float]], start: float, features_end: float, en
         first_token_ms=tokens[0] if tokens else -1.0,
         last_token_ms=tokens[-1] if tokens else -1.0,
         flow_ms=span(first, "flow"),
+        flow_encoder_ms=_length(span(first, "flow encoder")),
+        flow_decoder_ms=_length(span(first, "flow decoder")),
         vocoder_ms=span(first, "vocoder"),
         total_ms=1000 * (end - start),
         audio_s=audio_s,
     )
+
+
+def _length(stage: tuple[float, float]) -> float:
+    return stage[1] - stage[0]
+
+
+def instrument_flow(runtime: Any, marks: list[tuple[str, float]], sync: Callable[[], None]) -> None:
+    """Stamp the flow's encoder and its decoder (the Euler steps) too, each synchronised around (instance
+    attributes only): which half of the flow a slow request's time went to."""
+    flow = runtime.model.flow
+    flow.encoder.forward = _timed("flow encoder", flow.encoder.forward, marks, sync)
+    flow.decoder.forward = _timed("flow decoder", flow.decoder.forward, marks, sync)
 
 
 def sync_sources(caught: Iterable[warnings.WarningMessage]) -> collections.Counter[str]:
@@ -189,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     marks: list[tuple[str, float]] = []
     instrument(runtime, marks, sync)
+    instrument_flow(runtime, marks, sync)
     texts = anchor_texts(args.runs + 1, args.chars)
     rtfs = []
     for index in range(args.runs):

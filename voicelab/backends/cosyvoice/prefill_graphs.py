@@ -80,7 +80,7 @@ class PrefillGraphs:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.reports: list[GraphBucket] = []
         self.side = SideStream()  # every bucket's warm-up and capture
-        self.lock = threading.Lock()  # one set of buffers: prefills take turns
+        self.lock = threading.Lock()  # one set of buffers: prefills take turns (each decoder prefills on one stream)
         self.eager_padded = not graphs
         if graphs and cache.keys.is_cuda:
             self._capture_all()
