@@ -119,11 +119,13 @@ def test_request_profile_reads_a_whole_requests_stages_and_counts_syncs_by_line(
     from voicelab.bench.soak import DEFAULT_PROMPTS
 
     marks = [("token", 1.040), *(("token", 1.040 + 0.0025 * i) for i in range(1, 253)), ("flow+", 1.700)]
+    marks += [("flow encoder+", 1.701), ("flow encoder-", 1.712), ("flow decoder+", 1.713), ("flow decoder-", 1.879)]
     marks += [("flow-", 1.880), ("vocoder+", 1.881), ("vocoder-", 1.905)]
     line = stages(marks, 1.0, 1.030, 1.906, 10.08)
     assert line.tokens == 253 and round(line.features_ms) == 30 and round(line.first_token_ms) == 40
     assert [round(v) for v in (*line.flow_ms, *line.vocoder_ms, line.total_ms)] == [700, 880, 881, 905, 906]
     assert round(line.rtf, 3) == 0.090 and "(2.50 ms a token)" in line.line()
+    assert "flow 700-880 (encoder 11, decoder 166)" in line.line()
     caught = [warnings.WarningMessage("sync", UserWarning, "/x/sampling.py", n, None) for n in (86, 86, 89)]
     assert sync_sources(caught) == {"sampling.py:86": 2, "sampling.py:89": 1}
     prompts = sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4]
