@@ -114,11 +114,9 @@ class DecodeBatcher:
         self.closed = False
         self.seed_source: Callable[[], int | None] = lambda: None  # the calling request's seed (upstream.py sets it)
         self.cycles = CycleTimes()
-        self.sampler = SlotSampler(self.rules, config.slots, config.capacity, param.device) if (
+        self.sampler = SlotSampler.beside(self.runner, self.rules, config.capacity) if (
             config.sampling == "device") else None  # fmt: skip
         self.readback = Readback(config.slots, param.device)
-        if self.sampler is not None and self.runner.captured:
-            self.sampler.capture(self.runner.logp, self.runner.tokens, self.runner.positions, self.runner.row_buckets)
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" and config.own_stream else None
         self.driver = threading.Thread(target=self._drive, name="voicelab-llm-batch", daemon=True)
         self.driver.start()

@@ -28,12 +28,16 @@ import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from voicelab.backends.base import GraphBucket
 from voicelab.backends.cosyvoice.sampling import TokenRules
 from voicelab.backends.cuda_graphs import SideStream, capture, device_ms, warm_up
+
+if TYPE_CHECKING:
+    from voicelab.backends.cosyvoice.step_graphs import StepRunner
 
 log = logging.getLogger(__name__)
 STAGE = "llm sampling"  # the panel's name for the draws' graphs
@@ -71,6 +75,15 @@ class SlotSampler:
             start=torch.zeros(slots, dtype=torch.long, device=device),
             active=torch.zeros(slots, dtype=torch.bool, device=device),
         )
+
+    @classmethod
+    def beside(cls, runner: StepRunner, rules: TokenRules, capacity: int) -> SlotSampler:
+        """A sampler for every slot of ``runner``'s step (its scores, tokens and positions), each row bucket's draw
+        captured where the step's graphs were."""
+        sampler = cls(rules, runner.logp.shape[0], capacity, runner.logp.device)
+        if runner.captured:
+            sampler.capture(runner.logp, runner.tokens, runner.positions, runner.row_buckets)
+        return sampler
 
     def admit(self, slot: int, generator: torch.Generator, min_len: int, start: int) -> None:
         """A new request in ``slot``: its uniforms from ``generator``, an empty window, nothing drawn yet."""

@@ -59,11 +59,9 @@ class FastDecoder:
         self.rules = TokenRules.of(llm, config.mask_stops)
         self.runner = StepRunner(llm, cache, config.graphs, kernels=config.kernels)
         self.lock = threading.Lock()
-        self.sampler = SlotSampler(self.rules, 1, config.capacity, param.device) if (
+        self.sampler = SlotSampler.beside(self.runner, self.rules, config.capacity) if (
             config.sampling == "device") else None  # fmt: skip
         self.readback = Readback(1, param.device)
-        if self.sampler is not None and self.runner.captured:
-            self.sampler.capture(self.runner.logp, self.runner.tokens, self.runner.positions, self.runner.row_buckets)
 
     def room(self, lm_input: torch.Tensor, min_len: int, max_len: int) -> int | None:
         return decode_room(int(lm_input.shape[1]), min_len, max_len, self.config.capacity)
