@@ -75,7 +75,9 @@ def timeline(marks: list[tuple[str, float]], start: float, first_audio: float) -
     )
 
 
-def _timed(name: str, call: Callable[..., Any], marks: list[tuple[str, float]], sync: Callable[[], None]) -> Any:
+def timed(name: str, call: Callable[..., Any], marks: list[tuple[str, float]], sync: Callable[[], None]) -> Any:
+    """``call`` stamped "name+" before and "name-" after into ``marks``, the device synchronised around it."""
+
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         sync()
         marks.append((name + "+", time.perf_counter()))
@@ -90,8 +92,8 @@ def _timed(name: str, call: Callable[..., Any], marks: list[tuple[str, float]], 
 def instrument(runtime: Any, marks: list[tuple[str, float]], sync: Callable[[], None]) -> None:
     """Stamp the flow, the vocoder and every token the decode path yields (instance attributes only)."""
     model = runtime.model
-    model.flow.inference = _timed("flow", model.flow.inference, marks, sync)
-    model.hift.inference = _timed("vocoder", model.hift.inference, marks, sync)
+    model.flow.inference = timed("flow", model.flow.inference, marks, sync)
+    model.hift.inference = timed("vocoder", model.hift.inference, marks, sync)
     decoder = runtime.decoder
     if decoder is None:
         return

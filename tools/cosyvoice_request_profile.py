@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.cosyvoice_first_audio import _timed, instrument, marks_ms, span
+from tools.cosyvoice_first_audio import instrument, marks_ms, span, timed
 from voicelab.bench.cosyvoice_anchor import anchor_texts, anchor_voice
 from voicelab.bench.soak import DEFAULT_PROMPTS
 
@@ -91,8 +91,8 @@ def instrument_flow(runtime: Any, marks: list[tuple[str, float]], sync: Callable
     """Stamp the flow's encoder and its decoder (the Euler steps) too, each synchronised around (instance
     attributes only): which half of the flow a slow request's time went to."""
     flow = runtime.model.flow
-    flow.encoder.forward = _timed("flow encoder", flow.encoder.forward, marks, sync)
-    flow.decoder.forward = _timed("flow decoder", flow.decoder.forward, marks, sync)
+    flow.encoder.forward = timed("flow encoder", flow.encoder.forward, marks, sync)
+    flow.decoder.forward = timed("flow decoder", flow.decoder.forward, marks, sync)
 
 
 def sync_sources(caught: Iterable[warnings.WarningMessage]) -> collections.Counter[str]:
