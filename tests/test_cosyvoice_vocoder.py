@@ -134,19 +134,25 @@ def streamed_request(runtime: Any, tokens: int) -> list[np.ndarray]:
     return list(runtime.run(runtime.inputs(plan, TEXT, entry), stream=True, speed=1.0, seed=1))
 
 
-def test_cosyvoice3s_causal_vocoder_gives_the_same_audio_with_the_sync_free_transforms() -> None:
-    """CosyVoice3's causal HiFT is not graphed (its mel grows with every chunk) but runs with the same transforms:
-    its audio, whole and as a streamed (unfinalised) chunk, equals upstream's own STFTs' within 1e-5."""
+def cosyvoice3_hift(seed: int = 0) -> Any:
+    """Upstream's causal HiFT as CosyVoice3's hyperparameter file builds it (full size), random weights, eval mode."""
     require_upstream()
     from hyperpyyaml import load_hyperpyyaml
 
-    from voicelab.backends.cosyvoice.hift_stft import make_sync_free
     from voicelab.backends.cosyvoice.random_yaml import COMMON, HIFT
 
     extra = "    conv_pre_look_right: 4\n"
     text = COMMON + HIFT.format(hift_class="CausalHiFTGenerator", hift_extra=extra, f0_class="CausalConvRNNF0Predictor")
-    torch.manual_seed(0)
-    hift = load_hyperpyyaml(io.StringIO(text))["hift"].eval()
+    torch.manual_seed(seed)
+    return load_hyperpyyaml(io.StringIO(text))["hift"].eval()
+
+
+def test_cosyvoice3s_causal_vocoder_gives_the_same_audio_with_the_sync_free_transforms() -> None:
+    """CosyVoice3's causal HiFT runs with the same transforms: its audio, whole and as a streamed (unfinalised)
+    chunk, equals upstream's own STFTs' within 1e-5."""
+    from voicelab.backends.cosyvoice.hift_stft import make_sync_free
+
+    hift = cosyvoice3_hift()
     feat = torch.randn(1, 80, 90, generator=torch.Generator().manual_seed(4))
     expected = [hift.inference(speech_feat=feat, finalize=f)[0] for f in (True, False)]
     make_sync_free(hift)
@@ -154,3 +160,53 @@ def test_cosyvoice3s_causal_vocoder_gives_the_same_audio_with_the_sync_free_tran
         got = hift.inference(speech_feat=feat, finalize=finalize)[0]
         assert got.shape == reference.shape
         assert float((got - reference).abs().max()) <= 1e-5 * float(reference.abs().max()), finalize
+
+
+@pytest.mark.parametrize("frames", [50, 96])
+def test_the_graphed_causal_vocoder_call_gives_upstreams_first_chunk(frames: int) -> None:
+    """``causal_vocode`` (what CosyVoice3's first-chunk graphs capture) with the recipe's device copies of the fixed
+    phases and noise gives upstream's unfinalised ``inference``: the same source and the same audio; and a later
+    chunk's noise is upstream's too (its slice starts at the buffer's start, whatever the length)."""
+    from voicelab.backends.cosyvoice.causal_vocoder import CausalRecipe
+    from voicelab.backends.cosyvoice.hift_stft import make_sync_free
+
+    hift = cosyvoice3_hift()
+    with torch.no_grad():  # random weights predict an F0 near 0 Hz, all unvoiced: lift it so the sines count
+        hift.f0_predictor.classifier.bias.fill_(150.0)
+    feat = torch.randn(1, 80, frames, generator=torch.Generator().manual_seed(frames))
+    expected_speech, expected_source = hift.inference(speech_feat=feat, finalize=False)
+    with torch.inference_mode():
+        f0 = hift.f0_predictor(feat.to(torch.float64), finalize=False)
+    assert float((f0 > hift.m_source.l_sin_gen.voiced_threshold).float().mean()) > 0.9  # voiced: sines in it
+    make_sync_free(hift)
+    recipe = CausalRecipe(hift, 98)
+    with torch.inference_mode():
+        speech, source = recipe.vocode(*recipe.inputs(feat, {"finalize": False}))
+    assert source.shape == expected_source.shape == (1, 1, (frames - 3) * 480)
+    assert float((source - expected_source).abs().max()) <= 1e-6
+    assert speech.shape == expected_speech.shape
+    assert float((speech - expected_speech).abs().max()) <= 1e-5 * float(expected_speech.abs().max())
+    assert float(expected_speech.std()) > 1e-3
+
+
+def test_the_causal_recipe_serves_unfinalised_calls_alone_and_off_cuda_installs_nothing() -> None:
+    """Only streamed (unfinalised) calls of a captured length may replay; the last chunk and whole requests
+    (finalised) run upstream's call; and off CUDA ``install_vocoder_graphs`` leaves CosyVoice3's vocoder alone."""
+    from voicelab.backends.cosyvoice.causal_vocoder import CausalRecipe
+    from voicelab.backends.cosyvoice.speech_loop import Hops
+    from voicelab.backends.cosyvoice.vocoder_graphs import GraphedVocoder, first_chunk_shapes, install_vocoder_graphs
+
+    hift = cosyvoice3_hift()
+    recipe = CausalRecipe(hift, 98)
+    feat = torch.zeros(1, 80, 96)
+    assert recipe.shape(feat, recipe.options(finalize=False)) == (96, 0)
+    assert recipe.shape(feat, recipe.options(False)) == (96, 0)
+    assert recipe.shape(feat, recipe.options()) is None and recipe.shape(feat, recipe.options(finalize=True)) is None
+    hops = Hops(25, 100, 2, 3)
+    assert first_chunk_shapes(hops, 2) == [(50 + 2 * pad, 0) for pad in range(25)]
+    assert install_vocoder_graphs(type("Model", (), {"hift": hift})(), hops) is None
+    graphed = GraphedVocoder(hift, first_chunk_shapes(hops, 2), recipe)
+    feat = torch.randn(1, 80, 96, generator=torch.Generator().manual_seed(2))
+    expected, _ = hift.inference(speech_feat=feat, finalize=False)
+    got, _ = graphed.inference(feat, finalize=False)  # nothing captured off CUDA: upstream's call
+    assert torch.equal(got, expected) and graphed.release() == 0

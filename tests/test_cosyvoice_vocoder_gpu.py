@@ -105,3 +105,64 @@ def test_the_runtime_captures_every_streamed_shape_and_a_streamed_request_replay
     assert len(chunks) >= 4 and len(replays) == len(chunks) - 1, replays  # every chunk but the last (172 frames)
     assert all(np.isfinite(c).all() and float(np.abs(c).max()) > 0 for c in chunks)
     runtime.close()
+
+
+@pytest.fixture(scope="module")
+def causal() -> Any:
+    """CosyVoice3's causal HiFT behind its first-chunk graphs (two of its 25 shapes), its F0 lifted into the
+    voiced range so the sines are in the audio compared."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU with CUDA")
+    from tests.test_cosyvoice_vocoder import cosyvoice3_hift
+    from voicelab.backends.cosyvoice.causal_vocoder import CausalRecipe
+    from voicelab.backends.cosyvoice.hift_stft import make_sync_free
+    from voicelab.backends.cosyvoice.vocoder_graphs import GraphedVocoder
+
+    hift = cosyvoice3_hift().cuda()
+    with torch.no_grad():
+        hift.f0_predictor.classifier.bias.fill_(150.0)
+    make_sync_free(hift)
+    vocoder = GraphedVocoder(hift, [(50, 0), (96, 0)], CausalRecipe(hift, 98))
+    vocoder.capture_all()
+    return vocoder
+
+
+def test_cosyvoice3s_first_chunks_are_captured_equal_to_upstream_and_faster_and_replay_it(causal: Any) -> None:
+    from voicelab.backends.cosyvoice.vocoder_graphs import TOLERANCE
+
+    assert sorted(causal.captured) == [(50, 0), (96, 0)], causal.reports
+    assert all(r.kept and r.graph_ms < r.eager_ms for r in causal.reports), causal.reports
+    assert {r.stage for r in causal.reports} == {"vocoder (causal HiFT), streamed first chunk"}
+    for frames in (50, 96):
+        feat = torch.randn(1, 80, frames, device="cuda", generator=torch.Generator(device="cuda").manual_seed(frames))
+        expected, expected_source = causal.upstream(speech_feat=feat, finalize=False)
+        speech, source = causal.inference(speech_feat=feat, finalize=False)
+        assert speech.shape == expected.shape and source.shape == expected_source.shape
+        assert float((speech - expected).abs().max()) <= TOLERANCE * float(expected.abs().max()), frames
+        whole, _ = causal.inference(speech_feat=feat, finalize=True)  # a last chunk: upstream's call, other audio
+        assert whole.shape != speech.shape
+
+
+def test_the_cosyvoice3_runtime_captures_its_first_chunks_and_a_streamed_request_replays_one(tmp_path: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU with CUDA")
+    from voicelab.backends.cosyvoice.random_model import write_model
+    from voicelab.backends.cosyvoice.upstream import load_runtime
+
+    code = str(require_upstream())
+    runtime = load_runtime(write_model(tmp_path / "cv3", 3, tiny=True, device="cuda"), code, "cuda", "float32", None)
+    vocoder = runtime.vocoder_graphs
+    assert vocoder is not None and len(vocoder.captured) == len(vocoder.shapes) == runtime.hops.first
+    replays: list[int] = []
+    replay = vocoder._replay
+
+    def counted(entry: Any, feat: Any, options: Any) -> Any:
+        replays.append(int(feat.shape[2]))
+        return replay(entry, feat, options)
+
+    vocoder._replay = counted
+    chunks = streamed_request(runtime, 330)
+    first_chunk = [frames for frames, _ in vocoder.shapes]
+    assert len(chunks) >= 3 and len(replays) == 1 and replays[0] in first_chunk, replays  # the first chunk alone
+    assert all(np.isfinite(c).all() and float(np.abs(c).max()) > 0 for c in chunks)
+    runtime.close()

@@ -12,10 +12,11 @@ What a graph cannot hold is taken out of it. The random draws (each harmonic's i
 noise, and the noise branch upstream draws and never uses) are made eagerly before each replay, on the default
 generator, in upstream's order and shapes, so a replay gives the audio upstream's ``inference`` gives after the same
 seed. The STFT and its inverse are ``hift_stft``'s (no sync, no cuFFT). Every other shape (whole requests, last
-chunks) and CosyVoice3's causal vocoder, whose mel grows with every chunk, run upstream's ``inference`` eagerly,
-with those transforms. Each graph is compared at capture with upstream's eager call from the same generator state
-and kept only where equal and faster. One lock and one event order the replays across the callers' CUDA streams; all
-graphs share one memory pool."""
+chunks) runs upstream's ``inference`` eagerly, with those transforms. CosyVoice3's causal vocoder gets graphs for its
+streamed first chunk alone (``causal_vocoder``: its mel grows with every later chunk): ``GraphedVocoder`` takes a
+recipe per vocoder, ``HiftRecipe`` here and ``CausalRecipe`` there. Each graph is compared at capture with upstream's
+eager call from the same generator state and kept only where equal and faster. One lock and one event order the
+replays across the callers' CUDA streams; all graphs share one memory pool."""
 
 from __future__ import annotations
 
@@ -25,12 +26,13 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from voicelab.backends.base import GraphBucket
+from voicelab.backends.cosyvoice.causal_vocoder import CausalRecipe
 from voicelab.backends.cosyvoice.flow_graphs import matmul_tf32
 from voicelab.backends.cosyvoice.speech_loop import Hops
 from voicelab.backends.cuda_graphs import (
@@ -95,7 +97,7 @@ def vocode(hift: Any, feat: torch.Tensor, cache: torch.Tensor, phase: torch.Tens
 def streamed_shapes(hops: Hops, token_mel_ratio: int, mel_cache: int, source_cache: int) -> list[Shape]:
     """Every vocoder input of a streamed request but its last chunk: the first chunk for each prompt pad, then each
     later hop's frames with the mel cache before them (and the cached source) until the hop stops growing."""
-    shapes = [((hops.first + pad) * token_mel_ratio, 0) for pad in range(hops.first)]
+    shapes = first_chunk_shapes(hops, token_mel_ratio)
     hop = hops.first
     while True:
         hop = min(hops.most, int(hop * hops.scale))
@@ -105,22 +107,76 @@ def streamed_shapes(hops: Hops, token_mel_ratio: int, mel_cache: int, source_cac
         shapes.append(shape)
 
 
+class Recipe(Protocol):
+    """One vocoder's part in ``GraphedVocoder``: which calls a graph serves (``shape``: None for upstream's eager
+    call), a captured shape's synthetic input, the graph's inputs for a call (drawn afresh where upstream draws),
+    and the call a graph captures."""
+
+    stage: str
+
+    def options(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+    def shape(self, feat: torch.Tensor, options: dict[str, Any]) -> Shape | None: ...
+
+    def synthetic(self, shape: Shape, generator: torch.Generator) -> tuple[torch.Tensor, dict[str, Any]]: ...
+
+    def inputs(self, feat: torch.Tensor, options: dict[str, Any]) -> tuple[torch.Tensor, ...]: ...
+
+    def vocode(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class HiftRecipe:
+    """CosyVoice2's HiFT: a call of a captured (mel frames, cached source samples) replays; its inputs are the mel,
+    the cached source and this call's draws (``draw``), made eagerly before each replay."""
+
+    stage = STAGE
+
+    def __init__(self, hift: Any) -> None:
+        self.hift = hift
+        self.device = next(hift.parameters()).device
+
+    @staticmethod
+    def options(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        if args:
+            kwargs["cache_source"] = args[0]
+        if kwargs.get("cache_source") is None:
+            kwargs["cache_source"] = torch.zeros(1, 1, 0)
+        return kwargs
+
+    @staticmethod
+    def shape(feat: torch.Tensor, options: dict[str, Any]) -> Shape | None:
+        return int(feat.shape[2]), int(options["cache_source"].shape[2])
+
+    def synthetic(self, shape: Shape, generator: torch.Generator) -> tuple[torch.Tensor, dict[str, Any]]:
+        feat = torch.randn(1, int(self.hift.conv_pre.in_channels), shape[0], device=self.device, generator=generator)
+        cache = 0.1 * torch.randn(1, 1, shape[1], device=self.device, generator=generator)
+        return feat, {"cache_source": cache}
+
+    def inputs(self, feat: torch.Tensor, options: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+        draws = draw(self.hift, int(feat.shape[2]), feat.device)
+        return feat, options["cache_source"], draws.phase, draws.sine_noise
+
+    def vocode(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return vocode(self.hift, *inputs)
+
+
 @dataclass
 class _Graph:
-    inputs: tuple[torch.Tensor, ...]  # mel, cached source, phase, sine noise
+    inputs: tuple[torch.Tensor, ...]  # the recipe's inputs (CosyVoice2: mel, cached source, phase, sine noise)
     outputs: tuple[torch.Tensor, torch.Tensor]  # speech, source
     graph: torch.cuda.CUDAGraph
 
 
 class GraphedVocoder:
-    """Stands in for a CosyVoice2 HiFT's ``inference``: a captured shape replays, any other runs upstream's call."""
+    """Stands in for a HiFT's ``inference`` (``recipe``: CosyVoice2's by default): a captured shape replays, any
+    other call runs upstream's."""
 
-    def __init__(self, hift: Any, shapes: list[Shape]) -> None:
+    def __init__(self, hift: Any, shapes: list[Shape], recipe: Recipe | None = None) -> None:
         self.hift = hift
         self.upstream: Callable[..., tuple[torch.Tensor, torch.Tensor]] = hift.inference
         self.shapes = shapes
+        self.recipe: Recipe = recipe or HiftRecipe(hift)
         self.device = next(hift.parameters()).device
-        self.channels = int(hift.conv_pre.in_channels)
         self.captured: dict[Shape, _Graph] = {}
         self.reports: list[GraphBucket] = []
         self.lock = threading.Lock()
@@ -129,38 +185,36 @@ class GraphedVocoder:
         self.side = SideStream()  # every shape's warm-up and capture
         self.released = False  # graphs dropped by ``release``: ``capture_all`` again when no request runs
 
-    def inference(
-        self, speech_feat: torch.Tensor, cache_source: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        cache = cache_source if cache_source is not None else torch.zeros(1, 1, 0)
-        entry = self.captured.get((int(speech_feat.shape[2]), int(cache.shape[2])))
+    def inference(self, speech_feat: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        options = self.recipe.options(*args, **kwargs)
+        shape = self.recipe.shape(speech_feat, options)
+        entry = self.captured.get(shape) if shape is not None else None
         if entry is None or not speech_feat.is_cuda or torch.is_autocast_enabled("cuda"):
-            return self.upstream(speech_feat=speech_feat, cache_source=cache)
+            return self.upstream(speech_feat=speech_feat, **options)
         with torch.inference_mode():
-            return self._replay(entry, speech_feat, cache)
+            return self._replay(entry, speech_feat, options)
 
-    def _replay(self, entry: _Graph, feat: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _replay(self, entry: _Graph, feat: torch.Tensor, options: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         with self.lock:
             stream = torch.cuda.current_stream(feat.device)
             if self.replayed is not None:
                 stream.wait_event(self.replayed)
-            outputs = self._replay_unlocked(entry, feat, cache)
+            outputs = self._replay_unlocked(entry, feat, options)
             self.replayed = self.replayed or torch.cuda.Event()
             self.replayed.record(stream)
         return outputs
 
     def capture_all(self) -> int:
-        """Capture every streamed shape on synthetic input (at load, or when no request runs); the number kept."""
+        """Capture every listed shape on synthetic input (at load, or when no request runs); the number kept."""
         generator = torch.Generator(device=self.device).manual_seed(0)
         with self.lock, torch.inference_mode(), matmul_tf32(False):
             self.captured.clear()
             self.reports.clear()
-            for frames, cached in self.shapes:
-                feat = torch.randn(1, self.channels, frames, device=self.device, generator=generator)
-                cache = 0.1 * torch.randn(1, 1, cached, device=self.device, generator=generator)
-                entry = self._capture(feat, cache)
+            for shape in self.shapes:
+                feat, options = self.recipe.synthetic(shape, generator)
+                entry = self._capture(feat, options)
                 if entry is not None:
-                    self.captured[frames, cached] = entry
+                    self.captured[shape] = entry
             self.released = False
         return len(self.captured)
 
@@ -174,49 +228,50 @@ class GraphedVocoder:
             self.released = True
         return dropped
 
-    def _capture(self, feat: torch.Tensor, cache: torch.Tensor) -> _Graph | None:
+    def _capture(self, feat: torch.Tensor, options: dict[str, Any]) -> _Graph | None:
         allocated = torch.cuda.memory_allocated()
-        draws = draw(self.hift, int(feat.shape[2]), self.device)
-        static = (feat, cache, draws.phase, draws.sine_noise)
-        call = functools.partial(vocode, self.hift, *static)
+        static = self.recipe.inputs(feat, options)
+        call = functools.partial(self.recipe.vocode, *static)
+        stage, frames = self.recipe.stage, int(feat.shape[2])
         try:
             warm_up(call, self.side)
             graph, outputs = capture(call, self.pool, self.side)
             self.pool = graph.pool()
         except RuntimeError as exc:  # a kernel that cannot be captured: this shape stays eager
-            log.warning("%s graph for %d frames not captured: %s", STAGE, feat.shape[2], exc)
+            log.warning("%s graph for %d frames not captured: %s", stage, frames, exc)
             restore_generator_after_failed_capture()
             return None
         entry = _Graph(static, outputs, graph)
-        equal = self._same_as_upstream(entry, feat, cache)
-        eager_ms = device_ms(lambda: self.upstream(speech_feat=feat, cache_source=cache))
-        graph_ms = device_ms(lambda: self._replay_unlocked(entry, feat, cache))
+        equal = self._same_as_upstream(entry, feat, options)
+        eager_ms = device_ms(lambda: self.upstream(speech_feat=feat, **options))
+        graph_ms = device_ms(lambda: self._replay_unlocked(entry, feat, options))
         kept = equal and graph_ms < eager_ms
         added = torch.cuda.memory_allocated() - allocated
-        self.reports.append(GraphBucket(STAGE, 1, int(feat.shape[2]), added, eager_ms, graph_ms, kept))
+        self.reports.append(GraphBucket(stage, 1, frames, added, eager_ms, graph_ms, kept))
         verdict = "kept" if kept else "eager" if equal else "REJECTED: differs from upstream's"
-        log.info("%s graph, %d frames (+%d cached samples): eager %.2f ms, graph %.2f ms, %s", STAGE, feat.shape[2],
-                 cache.shape[2], eager_ms, graph_ms, verdict)  # fmt: skip
+        cached = sum(int(v.shape[2]) for v in options.values() if isinstance(v, torch.Tensor))
+        log.info("%s graph, %d frames (+%d cached samples): eager %.2f ms, graph %.2f ms, %s", stage, frames,
+                 cached, eager_ms, graph_ms, verdict)  # fmt: skip
         return entry if kept else None
 
     def _replay_unlocked(
-        self, entry: _Graph, feat: torch.Tensor, cache: torch.Tensor
+        self, entry: _Graph, feat: torch.Tensor, options: dict[str, Any]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The draws made, the inputs copied in, the graph replayed, its outputs copied out (the caller holds the
-        lock)."""
-        draws = draw(self.hift, int(feat.shape[2]), feat.device)
-        for static, value in zip(entry.inputs, (feat, cache, draws.phase, draws.sine_noise), strict=True):
+        """This call's inputs made (CosyVoice2's draws), copied in, the graph replayed, its outputs copied out (the
+        caller holds the lock)."""
+        for static, value in zip(entry.inputs, self.recipe.inputs(feat, options), strict=True):
             static.copy_(value)
         entry.graph.replay()
         return entry.outputs[0].clone(), entry.outputs[1].clone()
 
-    def _same_as_upstream(self, entry: _Graph, feat: torch.Tensor, cache: torch.Tensor) -> bool:
+    def _same_as_upstream(self, entry: _Graph, feat: torch.Tensor, options: dict[str, Any]) -> bool:
         """A replay against upstream's eager ``inference`` from the same generator state: the same audio and source
         prove the capture and that the draws are upstream's."""
-        feat, cache = feat.clone(), cache.clone()
+        feat = feat.clone()
+        options = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in options.items()}
         with torch.random.fork_rng(devices=[self.device]):
-            speech, source = self._replay_unlocked(entry, feat, cache)
-        expected_speech, expected_source = self.upstream(speech_feat=feat, cache_source=cache)
+            speech, source = self._replay_unlocked(entry, feat, options)
+        expected_speech, expected_source = self.upstream(speech_feat=feat, **options)
         return _close(speech, expected_speech) and _close(source, expected_source)
 
 
@@ -225,15 +280,26 @@ def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
     return got.shape == expected.shape and float((got - expected).abs().max()) <= TOLERANCE * scale
 
 
+def first_chunk_shapes(hops: Hops, token_mel_ratio: int) -> list[Shape]:
+    """A streamed request's first vocoder input, one per prompt pad (``streamed_shapes``' first ``hops.first``)."""
+    return [((hops.first + pad) * token_mel_ratio, 0) for pad in range(hops.first)]
+
+
 def install_vocoder_graphs(model: Any, hops: Hops) -> GraphedVocoder | None:
-    """CosyVoice2's HiFT behind ``GraphedVocoder`` (CUDA only; None for CosyVoice3's causal vocoder or off CUDA):
-    its ``inference`` replaced on the instance, every streamed shape captured now."""
+    """The HiFT behind ``GraphedVocoder`` (CUDA only; None off CUDA): CosyVoice2's every streamed shape but the last
+    chunk's, CosyVoice3's causal vocoder its first chunks (``causal_vocoder``); its ``inference`` replaced on the
+    instance, every shape captured now."""
     hift: Any = getattr(model, "hift", None)
-    if type(hift).__name__ != "HiFTGenerator" or next(hift.parameters()).device.type != "cuda":
+    kind = type(hift).__name__
+    if kind not in ("HiFTGenerator", "CausalHiFTGenerator") or next(hift.parameters()).device.type != "cuda":
         return None
-    shapes = streamed_shapes(hops, int(model.flow.token_mel_ratio), int(model.mel_cache_len),
-                             int(model.source_cache_len))  # fmt: skip
-    graphed = GraphedVocoder(hift, shapes)
+    ratio = int(model.flow.token_mel_ratio)
+    if kind == "HiFTGenerator":
+        shapes = streamed_shapes(hops, ratio, int(model.mel_cache_len), int(model.source_cache_len))
+        graphed = GraphedVocoder(hift, shapes)
+    else:
+        shapes = first_chunk_shapes(hops, ratio)
+        graphed = GraphedVocoder(hift, shapes, CausalRecipe(hift, max(frames for frames, _ in shapes)))
     kept = graphed.capture_all()
     hift.inference = graphed.inference
     torch.cuda.empty_cache()

@@ -1,0 +1,92 @@
+"""CosyVoice3's causal HiFT as a CUDA graph can hold it: its streamed first chunk, whose shapes recur.
+
+A streamed CosyVoice3 request's first chunk reaches the vocoder as ``(hop + pad) * ratio`` mel frames, one length
+per prompt pad, like CosyVoice2's (``vocoder_graphs.streamed_shapes``); every later chunk carries the whole mel so
+far (upstream re-vocodes it and keeps the new samples), so its length is the reply's own and it runs eagerly. Eager,
+the first chunk was the largest part of CosyVoice3's first audio: on an H100 (2026-12-05, ``tools.cosyvoice_first_audio
+--model-dir cv3full``) 166-219 ms of a 308-362 ms first audio, while the request's LLM kept decoding beside it, against
+CosyVoice2's graphed chunk at 7 ms. The causal vocoder is hundreds of small kernels, an F0 predictor in float64 and
+host-to-device copies of its noise on every call.
+
+Upstream's causal vocoder draws nothing at inference: its harmonics' initial phases (``SineGen2.rand_ini``) and its
+excitation noise (``SineGen2.sine_waves``, 300 s of it) are fixed at construction and live on the host, and each
+call copies the slice it needs to the device. ``causal_vocode`` is upstream's ``CausalHiFTGenerator.inference(...,
+finalize=False)`` with those read from device copies made once (``CausalRecipe``), so the whole call can be
+captured; ``GraphedVocoder`` compares each capture with upstream's eager call and keeps it only where equal and
+faster.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+STAGE = "vocoder (causal HiFT), streamed first chunk"
+Shape = tuple[int, int]  # (mel frames, cached source samples): always 0 here, the causal vocoder keeps no source
+
+
+def causal_vocode(
+    hift: Any, feat: torch.Tensor, phases: torch.Tensor, noise: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Upstream's ``CausalHiFTGenerator.inference(feat, finalize=False)``: the F0 (float64, as upstream runs its
+    predictor) without the look-ahead frames, a sine per harmonic from the fixed initial ``phases`` with the fixed
+    ``noise`` (``SineGen2`` causal), merged by the source module's linear layer, then ``decode`` unfinalised."""
+    gen = hift.m_source.l_sin_gen
+    f0 = hift.f0_predictor(feat.to(torch.float64), finalize=False).to(feat)
+    upsampled = hift.f0_upsamp(f0[:, None]).transpose(1, 2)  # (1, samples, 1)
+    numbers = torch.arange(1, int(gen.harmonic_num) + 2, dtype=feat.dtype, device=feat.device).reshape(1, 1, -1)
+    cycles = (upsampled * numbers / gen.sampling_rate) % 1
+    cycles[:, 0, :] = cycles[:, 0, :] + phases
+    cycles = F.interpolate(cycles.transpose(1, 2), scale_factor=1 / gen.upsample_scale, mode="linear").transpose(1, 2)
+    angle = torch.cumsum(cycles, dim=1) * 2 * math.pi
+    angle = F.interpolate(angle.transpose(1, 2) * gen.upsample_scale, scale_factor=gen.upsample_scale, mode="nearest")
+    sines = torch.sin(angle.transpose(1, 2)) * gen.sine_amp
+    voiced = (upsampled > gen.voiced_threshold).type(torch.float32)
+    noise_amp = voiced * gen.noise_std + (1 - voiced) * gen.sine_amp / 3
+    excitation = sines * voiced + noise_amp * noise[:, : sines.shape[1]]
+    source = hift.m_source.l_tanh(hift.m_source.l_linear(excitation)).transpose(1, 2)
+    look_ahead = int(hift.f0_predictor.condnet[0].causal_padding)
+    return hift.decode(x=feat[:, :, :-look_ahead], s=source, finalize=False), source
+
+
+class CausalRecipe:
+    """What ``GraphedVocoder`` needs to stand in for a CosyVoice3 HiFT: which calls a graph serves (unfinalised, of
+    a captured length), the graph's inputs (the mel alone; the fixed phases and noise are device copies made here,
+    enough for ``most_frames``), and upstream's own call to fall back on and to compare with."""
+
+    stage = STAGE
+
+    def __init__(self, hift: Any, most_frames: int) -> None:
+        gen = hift.m_source.l_sin_gen
+        device = next(hift.parameters()).device
+        samples = most_frames * int(hift.f0_upsamp.scale_factor)
+        self.hift = hift
+        self.phases = gen.rand_ini.to(device)
+        self.noise = gen.sine_waves[:, :samples].to(device)
+        hift.f0_predictor.to(torch.float64)  # as upstream's first call leaves it, before any capture
+
+    @staticmethod
+    def options(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Upstream's ``inference`` arguments after the mel, by name."""
+        if args:
+            kwargs["finalize"] = args[0]
+        return kwargs
+
+    @staticmethod
+    def shape(feat: torch.Tensor, options: dict[str, Any]) -> Shape | None:
+        return None if options.get("finalize", True) else (int(feat.shape[2]), 0)
+
+    def synthetic(self, shape: Shape, generator: torch.Generator) -> tuple[torch.Tensor, dict[str, Any]]:
+        channels = int(self.hift.conv_pre.in_channels)
+        feat = torch.randn(1, channels, shape[0], device=self.noise.device, generator=generator)
+        return feat, {"finalize": False}
+
+    def inputs(self, feat: torch.Tensor, options: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+        return (feat,)
+
+    def vocode(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        (feat,) = inputs
+        return causal_vocode(self.hift, feat, self.phases, self.noise)
