@@ -12,13 +12,16 @@ more request then runs under ``torch.cuda.set_sync_debug_mode``: every operation
 by source line, over the tokens it decoded. Last, one step's sampling alone (``TokenRules.sample_rows`` on random
 log-probabilities, 1 and ``--slots`` rows, the device synchronised around it, then the same for
 ``decode_sampling=device``): what a token costs besides the step's replay and the host's gaps. The first run carries
-one-off warm-up; the p50 line leaves out the first two. No engine, no IPC.
+one-off warm-up; the p50 line leaves out the first two. No engine, no IPC; but with ``--scoring on`` (the default)
+each run's voice and reply are then scored as the engine scores them on the same device (``engine_scoring_ms``):
+what an engine request pays besides the backend for the similarity figures a user reads.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import statistics
 import time
 import warnings
@@ -26,6 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tools.cosyvoice_first_audio import instrument, marks_ms, span, timed
 from voicelab.bench.cosyvoice_anchor import anchor_texts, anchor_voice
@@ -102,8 +107,9 @@ def sync_sources(caught: Iterable[warnings.WarningMessage]) -> collections.Count
 
 def one_request(
     runtime: Any, index: int, text: str, marks: list[tuple[str, float]], sync: Callable[[], None]
-) -> Stages:
-    """Request ``index`` (its seed too) in the anchor phase's voice ``index``, new to the cache."""
+) -> tuple[Stages, Any]:
+    """Request ``index`` (its seed too) in the anchor phase's voice ``index``, new to the cache; its stages and
+    its audio."""
     from voicelab.backends.cosyvoice.modes import plan_mode
 
     samples, _, transcript = anchor_voice(index, sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4])
@@ -117,7 +123,59 @@ def one_request(
     audio = [a for s in runtime.normalize(text) for a in runtime.run(runtime.inputs(plan, s, entry), False, 1.0, index)]
     sync()
     end = time.perf_counter()
-    return stages(list(marks), start, features_end, end, sum(a.size for a in audio) / SAMPLE_RATE)
+    joined = np.concatenate(audio) if audio else np.zeros(0, dtype=np.float32)
+    return stages(list(marks), start, features_end, end, joined.size / SAMPLE_RATE), joined
+
+
+def engine_scoring_ms(
+    stage: Any, index: int, audio: np.ndarray, sync: Callable[[], None]
+) -> tuple[float, float, float]:
+    """What request ``index`` pays around the backend, ms: the clip's intake (decoded, resampled, trimmed; in the
+    serving process, before the queue), the new voice's profile as a natively cloning backend's request builds it
+    before the backend starts (``VoiceStage.voice_for``: GE2E and ECAPA embeddings, median pitch), and the reply's
+    scores after it ends (``VoiceStage.scores_many``), the device synchronised around each. The engine's own code,
+    so the figures move with it."""
+    import io
+
+    import soundfile as sf
+
+    from voicelab.backends.base import SpeechRequest
+    from voicelab.engine.voicing import Finished, VoicePlan
+    from voicelab.voice.intake import load_prompt
+
+    samples, rate, _ = anchor_voice(index, sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4])
+    clip = io.BytesIO()
+    sf.write(clip, samples, rate, format="WAV")
+    sync()
+    stamps = [time.perf_counter()]
+    prompt = load_prompt(clip.getvalue())
+    stamps.append(time.perf_counter())
+    cached = stage.voice_for(prompt, (), _no_calibration)
+    sync()
+    stamps.append(time.perf_counter())
+    plan = VoicePlan(SpeechRequest("", "zh"), {}, cached.profile, False, stage.device, stage.renderer)
+    stage.scores_many([Finished(audio, audio, plan)], SAMPLE_RATE)
+    sync()
+    stamps.append(time.perf_counter())
+    intake, profile, reply = (1000 * (b - a) for a, b in itertools.pairwise(stamps))
+    return intake, profile, reply
+
+
+def _no_calibration(*_: Any) -> Any:
+    raise AssertionError("a natively cloned voice is never matched, so never calibrated")
+
+
+def print_scoring(device: str, replies: list[np.ndarray], sync: Callable[[], None]) -> None:
+    """One line per run: the engine's scoring of its voice and reply (``engine_scoring_ms``), the first carrying
+    the encoders' load; a run's voice is new to the stage, as it was to the backend."""
+    from voicelab.engine.voicing import VoiceStage
+
+    stage = VoiceStage(device, len(replies) + 1)
+    for index, audio in enumerate(replies):
+        intake, profile, reply = engine_scoring_ms(stage, index, audio, sync)
+        print(f"run {index} around the backend: intake {intake:.1f} ms, the new voice's profile {profile:.1f} ms "
+              f"before the backend, the reply's scores {reply:.1f} ms after it ({audio.size / SAMPLE_RATE:.2f} s)",
+              flush=True)  # fmt: skip
 
 
 def sampling_ms(rules: Any, vocab: int, rows: int, like: Any, repeats: int = 50) -> float:
@@ -190,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocoder-graphs", choices=("on", "off"), default="on", help="as --backend-options")
     parser.add_argument("--sampling", choices=("exact", "device"), default="device", help="as decode_sampling")
     parser.add_argument("--flow-half", choices=("on", "off"), default="on", help="as --backend-options flow_half")
+    parser.add_argument("--scoring", choices=("on", "off"), default="on", help="time the engine's scoring too")
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -208,20 +267,23 @@ def main(argv: list[str] | None = None) -> int:
     instrument(runtime, marks, sync)
     instrument_flow(runtime, marks, sync)
     texts = anchor_texts(args.runs + 1, args.chars)
-    rtfs = []
+    rtfs, replies = [], []
     for index in range(args.runs):
-        line = one_request(runtime, index, texts[index], marks, sync)
+        line, audio = one_request(runtime, index, texts[index], marks, sync)
         print(f"run {index}: {line.line()}", flush=True)
         rtfs.append((line.rtf, line.total_ms))
+        replies.append(audio)
     if len(rtfs) > 2:
         print(f"p50 of runs 2-{args.runs - 1}: RTF {statistics.median(r for r, _ in rtfs[2:]):.3f}, "
               f"{statistics.median(t for _, t in rtfs[2:]):.0f} ms")  # fmt: skip
+    if args.scoring == "on":
+        print_scoring(args.device, replies, sync)
     if cuda:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode(1)
             try:
-                line = one_request(runtime, args.runs, texts[args.runs], marks, sync)
+                line, _ = one_request(runtime, args.runs, texts[args.runs], marks, sync)
             finally:
                 torch.cuda.set_sync_debug_mode(0)
         sources = sync_sources(caught)
