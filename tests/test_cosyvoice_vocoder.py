@@ -1,4 +1,6 @@
-"""CosyVoice2's vocoder as the graphs run it, against upstream's own ``HiFTGenerator.inference`` on the CPU.
+"""The vocoders as the graphs run them, against upstream's own ``inference`` on the CPU: CosyVoice2's HiFT and
+CosyVoice3's causal HiFT (``causal_vocoder.causal_vocode``, its first chunk: the fixed phases and noise read from
+device copies, the same audio).
 
 ``vocoder_graphs.vocode`` is what each CUDA graph captures: upstream's inference with its random draws made outside
 (``draw``) and the sync-free transforms (``hift_stft``). From the same seed it must give upstream's audio and source;

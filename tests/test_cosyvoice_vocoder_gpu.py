@@ -1,6 +1,7 @@
 """CosyVoice2's vocoder graphs on an NVIDIA GPU: each streamed shape captured, a replay upstream's audio from the same
 seed (on any stream), Clean cache drops them and they come back; the runtime captures every streamed shape at load
-and a streamed request replays them. Skipped without CUDA or without the optional install and upstream's checkout.
+and a streamed request replays them; CosyVoice3's causal vocoder its first chunks alike (a streamed request replays
+its first chunk alone). Skipped without CUDA or without the optional install and upstream's checkout.
 """
 
 from __future__ import annotations
