@@ -212,3 +212,18 @@ def test_the_causal_recipe_serves_unfinalised_calls_alone_and_off_cuda_installs_
     expected, _ = hift.inference(speech_feat=feat, finalize=False)
     got, _ = graphed.inference(feat, finalize=False)  # nothing captured off CUDA: upstream's call
     assert torch.equal(got, expected) and graphed.release() == 0
+
+
+def test_the_causal_convolutions_pad_on_the_device_with_upstreams_audio() -> None:
+    """``zero_padding_on_device`` changes every causal convolution of CosyVoice3's HiFT (its F0 predictor's too)
+    and upstream's own calls, whole and unfinalised, give the same audio number for number."""
+    from voicelab.backends.cosyvoice.causal_vocoder import zero_padding_on_device
+
+    hift = cosyvoice3_hift()
+    causal = [m for m in hift.modules() if any(k.__name__ == "CausalConv1d" for k in type(m).__mro__)]
+    feat = torch.randn(1, 80, 90, generator=torch.Generator().manual_seed(5))
+    expected = [hift.inference(speech_feat=feat, finalize=f)[0] for f in (True, False)]
+    assert zero_padding_on_device(hift) == len(causal) >= 50  # weight-normed ones too (a subclass of their own)
+    assert all("forward" in vars(m) for m in causal)
+    for finalize, reference in zip((True, False), expected, strict=True):
+        assert torch.equal(hift.inference(speech_feat=feat, finalize=finalize)[0], reference), finalize

@@ -11,14 +11,18 @@ host-to-device copies of its noise on every call.
 Upstream's causal vocoder draws nothing at inference: its harmonics' initial phases (``SineGen2.rand_ini``) and its
 excitation noise (``SineGen2.sine_waves``, 300 s of it) are fixed at construction and live on the host, and each
 call copies the slice it needs to the device. ``causal_vocode`` is upstream's ``CausalHiFTGenerator.inference(...,
-finalize=False)`` with those read from device copies made once (``CausalRecipe``), so the whole call can be
-captured; ``GraphedVocoder`` compares each capture with upstream's eager call and keeps it only where equal and
+finalize=False)`` with those read from device copies made once (``CausalRecipe``). Its ~55 causal convolutions
+(``CausalConv1d``) each make their zero padding on the host and copy it over, a copy a graph cannot hold and, eager,
+a wait for everything queued before it on the stream (the request's own decode steps among them);
+``zero_padding_on_device`` makes those zeros on the device instead (the same zeros), for the graphs and the eager
+calls alike. ``GraphedVocoder`` compares each capture with upstream's eager call and keeps it only where equal and
 faster.
 """
 
 from __future__ import annotations
 
 import math
+import types
 from typing import Any
 
 import torch
@@ -52,10 +56,36 @@ def causal_vocode(
     return hift.decode(x=feat[:, :, :-look_ahead], s=source, finalize=False), source
 
 
+def zero_padding_on_device(module: torch.nn.Module) -> int:
+    """Every upstream ``CausalConv1d`` under ``module`` makes its zero padding where its input lives (on the
+    instance; ``forward`` otherwise as upstream's); the number changed."""
+    changed = 0
+    for sub in module.modules():
+        causal = any(kind.__name__ == "CausalConv1d" for kind in type(sub).__mro__)  # weight norm subclasses it
+        if causal and isinstance(sub, torch.nn.Conv1d):
+            sub.forward = types.MethodType(_padded_on_device, sub)  # type: ignore[method-assign]
+            changed += 1
+    return changed
+
+
+def _padded_on_device(conv: Any, x: torch.Tensor, cache: torch.Tensor | None = None) -> torch.Tensor:
+    """Upstream's ``CausalConv1d.forward``, its default cache made by ``new_zeros`` instead of ``torch.zeros(...)
+    .to(x)``: no host tensor, no copy."""
+    steps = x.shape[2]
+    if cache is None or cache.size(2) == 0:
+        cache = x.new_zeros(x.shape[0], x.shape[1], conv.causal_padding)
+    assert cache.size(2) == conv.causal_padding
+    padded = torch.concat([cache, x] if conv.causal_type == "left" else [x, cache], dim=2)
+    out: torch.Tensor = torch.nn.Conv1d.forward(conv, padded)
+    assert out.shape[2] == steps
+    return out
+
+
 class CausalRecipe:
     """What ``GraphedVocoder`` needs to stand in for a CosyVoice3 HiFT: which calls a graph serves (unfinalised, of
     a captured length), the graph's inputs (the mel alone; the fixed phases and noise are device copies made here,
-    enough for ``most_frames``), and upstream's own call to fall back on and to compare with."""
+    enough for ``most_frames``), and upstream's own call to fall back on and to compare with. Makes the HiFT's
+    padding on the device (``zero_padding_on_device``), its eager calls included."""
 
     stage = STAGE
 
@@ -64,6 +94,7 @@ class CausalRecipe:
         device = next(hift.parameters()).device
         samples = most_frames * int(hift.f0_upsamp.scale_factor)
         self.hift = hift
+        zero_padding_on_device(hift)
         self.phases = gen.rand_ini.to(device)
         self.noise = gen.sine_waves[:, :samples].to(device)
         hift.f0_predictor.to(torch.float64)  # as upstream's first call leaves it, before any capture
