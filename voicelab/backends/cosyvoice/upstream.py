@@ -229,8 +229,8 @@ def load_runtime(
     token loop on our fast decode path (``decode_setup.prepare_llm``: by default on CUDA) and, on CUDA, the flow's
     estimator behind bucketed CUDA graphs (``flow_graphs.py``: each bucket kept only where faster and equal; their
     matmuls in TF32 where ``flow_tf32``, the estimator in float16 where ``flow_half``), and with ``vocoder_graphs``
-    the vocoder's transforms without host syncs (``hift_stft``) and CosyVoice2's streamed chunks through it from
-    CUDA graphs (``vocoder_graphs``)."""
+    the vocoder's transforms without host syncs (``hift_stft``) and CosyVoice2's streamed chunks (CosyVoice3's
+    first chunk, ``causal_vocoder``) through it from CUDA graphs (``vocoder_graphs``)."""
     block_downloads()
     _add_code_dir(code_dir)
     version = model_version(model_dir)
