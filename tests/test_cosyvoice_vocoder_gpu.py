@@ -86,22 +86,9 @@ def test_release_drops_them_and_capture_all_brings_them_back(graphed: Any) -> No
 def test_the_runtime_captures_every_streamed_shape_and_a_streamed_request_replays_them(tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs an NVIDIA GPU with CUDA")
-    from voicelab.backends.cosyvoice.random_model import write_model
-    from voicelab.backends.cosyvoice.upstream import load_runtime
-
-    code = str(require_upstream())
-    runtime = load_runtime(write_model(tmp_path / "cv2", 2, tiny=True, device="cuda"), code, "cuda", "float32", None)
-    vocoder = runtime.vocoder_graphs
-    assert vocoder is not None and len(vocoder.captured) == len(vocoder.shapes) == runtime.hops.first + 2
+    runtime, vocoder, replays = _runtime_counting_replays(tmp_path, 2)
+    assert len(vocoder.captured) == len(vocoder.shapes) == runtime.hops.first + 2
     assert {r.stage for r in vocoder.reports} == {"vocoder (HiFT), streamed chunk"}
-    replays: list[int] = []
-    replay = vocoder._replay
-
-    def counted(entry: Any, feat: Any, cache: Any) -> Any:
-        replays.append(int(feat.shape[2]))
-        return replay(entry, feat, cache)
-
-    vocoder._replay = counted
     chunks = streamed_request(runtime, 330)
     assert len(chunks) >= 4 and len(replays) == len(chunks) - 1, replays  # every chunk but the last (172 frames)
     assert all(np.isfinite(c).all() and float(np.abs(c).max()) > 0 for c in chunks)
@@ -147,13 +134,25 @@ def test_cosyvoice3s_first_chunks_are_captured_equal_to_upstream_and_faster_and_
 def test_the_cosyvoice3_runtime_captures_its_first_chunks_and_a_streamed_request_replays_one(tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs an NVIDIA GPU with CUDA")
+    runtime, vocoder, replays = _runtime_counting_replays(tmp_path, 3)
+    assert len(vocoder.captured) == len(vocoder.shapes) == runtime.hops.first
+    chunks = streamed_request(runtime, 330)
+    first_chunk = [frames for frames, _ in vocoder.shapes]
+    assert len(chunks) >= 3 and len(replays) == 1 and replays[0] in first_chunk, replays  # the first chunk alone
+    assert all(np.isfinite(c).all() and float(np.abs(c).max()) > 0 for c in chunks)
+    runtime.close()
+
+
+def _runtime_counting_replays(tmp_path: Path, version: int) -> tuple[Any, Any, list[int]]:
+    """The tiny random CosyVoice ``version`` loaded on CUDA, its vocoder graphs, and the mel lengths they replay."""
     from voicelab.backends.cosyvoice.random_model import write_model
     from voicelab.backends.cosyvoice.upstream import load_runtime
 
     code = str(require_upstream())
-    runtime = load_runtime(write_model(tmp_path / "cv3", 3, tiny=True, device="cuda"), code, "cuda", "float32", None)
+    model = write_model(tmp_path / f"cv{version}", version, tiny=True, device="cuda")
+    runtime = load_runtime(model, code, "cuda", "float32", None)
     vocoder = runtime.vocoder_graphs
-    assert vocoder is not None and len(vocoder.captured) == len(vocoder.shapes) == runtime.hops.first
+    assert vocoder is not None
     replays: list[int] = []
     replay = vocoder._replay
 
@@ -161,9 +160,5 @@ def test_the_cosyvoice3_runtime_captures_its_first_chunks_and_a_streamed_request
         replays.append(int(feat.shape[2]))
         return replay(entry, feat, options)
 
-    vocoder._replay = counted
-    chunks = streamed_request(runtime, 330)
-    first_chunk = [frames for frames, _ in vocoder.shapes]
-    assert len(chunks) >= 3 and len(replays) == 1 and replays[0] in first_chunk, replays  # the first chunk alone
-    assert all(np.isfinite(c).all() and float(np.abs(c).max()) > 0 for c in chunks)
-    runtime.close()
+    vocoder._replay = counted  # type: ignore[method-assign]
+    return runtime, vocoder, replays

@@ -21,12 +21,12 @@ faster.
 
 from __future__ import annotations
 
-import math
 import types
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+
+from voicelab.backends.cosyvoice.hift_source import harmonic_source
 
 STAGE = "vocoder (causal HiFT), streamed first chunk"
 Shape = tuple[int, int]  # (mel frames, cached source samples): always 0 here, the causal vocoder keeps no source
@@ -38,20 +38,8 @@ def causal_vocode(
     """Upstream's ``CausalHiFTGenerator.inference(feat, finalize=False)``: the F0 (float64, as upstream runs its
     predictor) without the look-ahead frames, a sine per harmonic from the fixed initial ``phases`` with the fixed
     ``noise`` (``SineGen2`` causal), merged by the source module's linear layer, then ``decode`` unfinalised."""
-    gen = hift.m_source.l_sin_gen
     f0 = hift.f0_predictor(feat.to(torch.float64), finalize=False).to(feat)
-    upsampled = hift.f0_upsamp(f0[:, None]).transpose(1, 2)  # (1, samples, 1)
-    numbers = torch.arange(1, int(gen.harmonic_num) + 2, dtype=feat.dtype, device=feat.device).reshape(1, 1, -1)
-    cycles = (upsampled * numbers / gen.sampling_rate) % 1
-    cycles[:, 0, :] = cycles[:, 0, :] + phases
-    cycles = F.interpolate(cycles.transpose(1, 2), scale_factor=1 / gen.upsample_scale, mode="linear").transpose(1, 2)
-    angle = torch.cumsum(cycles, dim=1) * 2 * math.pi
-    angle = F.interpolate(angle.transpose(1, 2) * gen.upsample_scale, scale_factor=gen.upsample_scale, mode="nearest")
-    sines = torch.sin(angle.transpose(1, 2)) * gen.sine_amp
-    voiced = (upsampled > gen.voiced_threshold).type(torch.float32)
-    noise_amp = voiced * gen.noise_std + (1 - voiced) * gen.sine_amp / 3
-    excitation = sines * voiced + noise_amp * noise[:, : sines.shape[1]]
-    source = hift.m_source.l_tanh(hift.m_source.l_linear(excitation)).transpose(1, 2)
+    source = harmonic_source(hift, hift.f0_upsamp(f0[:, None]).transpose(1, 2), phases, noise, mode="nearest")
     look_ahead = int(hift.f0_predictor.condnet[0].causal_padding)
     return hift.decode(x=feat[:, :, :-look_ahead], s=source, finalize=False), source
 

@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-import torch.nn.functional as F
 
 from voicelab.backends.base import GraphBucket
 from voicelab.backends.cosyvoice.causal_vocoder import CausalRecipe
 from voicelab.backends.cosyvoice.flow_graphs import matmul_tf32
+from voicelab.backends.cosyvoice.hift_source import harmonic_source
 from voicelab.backends.cosyvoice.speech_loop import Hops
 from voicelab.backends.cuda_graphs import (
     SideStream,
@@ -77,18 +76,8 @@ def vocode(hift: Any, feat: torch.Tensor, cache: torch.Tensor, phase: torch.Tens
            sine_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Upstream's ``HiFTGenerator.inference`` with its draws given: the mel's F0, a sine per harmonic with its noise
     (``SineGen2``), merged by the source module's linear layer, the cached source over its start, then ``decode``."""
-    gen = hift.m_source.l_sin_gen
     f0 = hift.f0_upsamp(hift.f0_predictor(feat)[:, None]).transpose(1, 2)  # (1, samples, 1)
-    numbers = torch.arange(1, int(gen.harmonic_num) + 2, dtype=f0.dtype, device=f0.device).reshape(1, 1, -1)
-    cycles = (f0 * numbers / gen.sampling_rate) % 1
-    cycles[:, 0, :] = cycles[:, 0, :] + phase
-    cycles = F.interpolate(cycles.transpose(1, 2), scale_factor=1 / gen.upsample_scale, mode="linear").transpose(1, 2)
-    angle = torch.cumsum(cycles, dim=1) * 2 * math.pi
-    angle = F.interpolate(angle.transpose(1, 2) * gen.upsample_scale, scale_factor=gen.upsample_scale, mode="linear")
-    sines = torch.sin(angle.transpose(1, 2)) * gen.sine_amp
-    voiced = (f0 > gen.voiced_threshold).type(torch.float32)
-    noise_amp = voiced * gen.noise_std + (1 - voiced) * gen.sine_amp / 3
-    source = hift.m_source.l_tanh(hift.m_source.l_linear(sines * voiced + noise_amp * sine_noise)).transpose(1, 2)
+    source = harmonic_source(hift, f0, phase, sine_noise)
     if cache.shape[2] != 0:
         source[:, :, : cache.shape[2]] = cache
     return hift.decode(x=feat, s=source), source
