@@ -2,16 +2,16 @@
 
 A streamed CosyVoice3 request's first chunk reaches the vocoder as ``(hop + pad) * ratio`` mel frames, one length
 per prompt pad, like CosyVoice2's (``vocoder_graphs.streamed_shapes``); every later chunk carries the whole mel so
-far (upstream re-vocodes it and keeps the new samples), so its length is the reply's own and it runs eagerly. Eager,
-the first chunk was the largest part of CosyVoice3's first audio: on an H100 (2026-12-05, ``tools.cosyvoice_first_audio
---model-dir cv3full``) 166-219 ms of a 308-362 ms first audio, while the request's LLM kept decoding beside it, against
-CosyVoice2's graphed chunk at 7 ms. The causal vocoder is hundreds of small kernels, an F0 predictor in float64 and
-host-to-device copies of its noise on every call.
+far (upstream re-vocodes it and keeps the new samples), so its length is the reply's own and it runs eagerly.
+Eager, the first chunk was the largest part of CosyVoice3's first audio: on an H100 (2026-12-05,
+``tools.cosyvoice_first_audio --model-dir cv3full``) 166-219 ms of a 308-362 ms first audio, while the request's LLM
+kept decoding beside it, against CosyVoice2's graphed chunk at 7 ms. The causal vocoder is hundreds of small kernels,
+an F0 predictor in float64 and host-to-device copies on every call.
 
 Upstream's causal vocoder draws nothing at inference: its harmonics' initial phases (``SineGen2.rand_ini``) and its
 excitation noise (``SineGen2.sine_waves``, 300 s of it) are fixed at construction and live on the host, and each
 call copies the slice it needs to the device. ``causal_vocode`` is upstream's ``CausalHiFTGenerator.inference(...,
-finalize=False)`` with those read from device copies made once (``CausalRecipe``). Its ~55 causal convolutions
+finalize=False)`` with those read from device copies made once (``CausalRecipe``). Its 80 causal convolutions
 (``CausalConv1d``) each make their zero padding on the host and copy it over, a copy a graph cannot hold and, eager,
 a wait for everything queued before it on the stream (the request's own decode steps among them);
 ``zero_padding_on_device`` makes those zeros on the device instead (the same zeros), for the graphs and the eager
