@@ -201,7 +201,7 @@ class GraphedVocoder:
             self.reports.clear()
             for shape in self.shapes:
                 feat, options = self.recipe.synthetic(shape, generator)
-                entry = self._capture(feat, options)
+                entry = self._capture(shape, feat, options)
                 if entry is not None:
                     self.captured[shape] = entry
             self.released = False
@@ -217,11 +217,11 @@ class GraphedVocoder:
             self.released = True
         return dropped
 
-    def _capture(self, feat: torch.Tensor, options: dict[str, Any]) -> _Graph | None:
+    def _capture(self, shape: Shape, feat: torch.Tensor, options: dict[str, Any]) -> _Graph | None:
         allocated = torch.cuda.memory_allocated()
         static = self.recipe.inputs(feat, options)
         call = functools.partial(self.recipe.vocode, *static)
-        stage, frames = self.recipe.stage, int(feat.shape[2])
+        stage, (frames, cached) = self.recipe.stage, shape
         try:
             warm_up(call, self.side)
             graph, outputs = capture(call, self.pool, self.side)
@@ -238,7 +238,6 @@ class GraphedVocoder:
         added = torch.cuda.memory_allocated() - allocated
         self.reports.append(GraphBucket(stage, 1, frames, added, eager_ms, graph_ms, kept))
         verdict = "kept" if kept else "eager" if equal else "REJECTED: differs from upstream's"
-        cached = sum(int(v.shape[2]) for v in options.values() if isinstance(v, torch.Tensor))
         log.info("%s graph, %d frames (+%d cached samples): eager %.2f ms, graph %.2f ms, %s", stage, frames,
                  cached, eager_ms, graph_ms, verdict)  # fmt: skip
         return entry if kept else None
