@@ -105,6 +105,11 @@ def sync_sources(caught: Iterable[warnings.WarningMessage]) -> collections.Count
     return collections.Counter(f"{Path(w.filename).name}:{w.lineno}" for w in caught)
 
 
+def run_voice(index: int) -> tuple[Any, int, str]:
+    """Run ``index``'s voice: the anchor phase's cut of one of the four test prompts (samples, rate, transcript)."""
+    return anchor_voice(index, sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4])
+
+
 def one_request(
     runtime: Any, index: int, text: str, marks: list[tuple[str, float]], sync: Callable[[], None]
 ) -> tuple[Stages, Any]:
@@ -112,7 +117,7 @@ def one_request(
     its audio."""
     from voicelab.backends.cosyvoice.modes import plan_mode
 
-    samples, _, transcript = anchor_voice(index, sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4])
+    samples, _, transcript = run_voice(index)
     sync()
     start = time.perf_counter()
     plan = plan_mode(runtime.version, runtime.normalize_prompt(transcript), "")
@@ -143,7 +148,7 @@ def engine_scoring_ms(
     from voicelab.engine.voicing import Finished, VoicePlan
     from voicelab.voice.intake import load_prompt
 
-    samples, rate, _ = anchor_voice(index, sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4])
+    samples, rate, _ = run_voice(index)
     clip = io.BytesIO()
     sf.write(clip, samples, rate, format="WAV")
     sync()
