@@ -40,8 +40,22 @@ def test_goal_lines_fail_on_growth_and_pass_when_flat() -> None:
     assert failed == {
         "allocated growth after warm-up, MiB",
         "host RSS growth per zero-shot call, MiB",
-        "probe dtype peak / float32 peak",
+        "float16 peak / float32 peak",
     }
+
+
+def test_the_peak_ratio_reads_the_reduced_side_over_float32_whichever_side_ran_which() -> None:
+    """``--dtype bfloat16 --probe-dtype float32``: the run itself is the reduced side, the probe the float32 one."""
+    side = _side([5 * MIB] * 4, [900 * MIB] * 4, 10)
+
+    def peak_line(own: int, probed: int, dtypes: tuple[str, str]) -> str:
+        lines = goal_lines({**side, "probe_peak": own}, None, {"probe_peak": probed}, dtypes)
+        return next(line for line in lines if "peak / float32 peak" in line)
+
+    assert peak_line(60, 100, ("bfloat16", "float32")) == "bfloat16 peak / float32 peak: 0.600 (goal <= 0.65) pass"
+    assert peak_line(100, 60, ("float32", "bfloat16")) == "bfloat16 peak / float32 peak: 0.600 (goal <= 0.65) pass"
+    assert peak_line(100, 90, ("float32", "float16")).endswith("0.900 (goal <= 0.65) FAIL")
+    assert peak_line(60, 100, ("bfloat16", "float16")) == "bfloat16 peak / float32 peak: n/a (goal <= 0.65)"
 
 
 def test_a_side_with_one_memory_window_reads_n_a_where_it_cannot_tell_growth() -> None:
