@@ -300,3 +300,20 @@ def test_two_probes_that_do_not_grow_with_the_text_keep_the_longer_length() -> N
     assert sized_chars([(20, 3.0), (60, 3.0)]) == 60
     assert sized_chars([(20, 1.0), (60, 2.0)]) == LONGEST_CHARS  # 320 asked: held to the looped corpus
     assert [len(t) for t in anchor_texts(3, LONGEST_CHARS)] == [LONGEST_CHARS] * 3
+
+
+def test_a_cosyvoice3_run_is_judged_by_cosyvoice3s_goals() -> None:
+    """CosyVoice3's goals are RTF <= 0.08 and first audio <= 0.2 s; the same figures fail CosyVoice2's."""
+    ours = _side([5 * MIB] * 4, [900 * MIB] * 4, 10)
+    ours["streamed"] = [(2.0, 0.18, 9.0, 1.0), (2.0, 0.19, 9.0, 0.0)]
+    ours["anchor"] = {"throughput": [{"clients": 1, "requests": 26, "audio_s_per_s": 1 / 0.0502, "p50_s": 0.437}]}
+    ours["throughput"] = [{"clients": 16, "requests_per_s": 6.6, "audio_s_per_s": 1 / 0.0219}]
+    v3 = {line.split(":")[0]: line for line in goal_lines(ours, None, None, version=3)}
+    assert v3["RTF of one ~8.5 s request alone"].endswith("0.050 (goal <= 0.08) pass")
+    assert v3["streamed first audio p50, cached voice, s"].endswith("0.180 (goal <= 0.2) pass")
+    assert "p50 latency of one ~8.5 s request alone, s" not in v3 and "aggregate RTF at 16 clients" not in v3
+    v2 = {line.split(":")[0]: line for line in goal_lines(ours, None, None)}
+    assert v2["RTF of one ~8.5 s request alone"].endswith("0.050 (goal <= 0.05) FAIL")
+    assert v2["streamed first audio p50, cached voice, s"].endswith("0.180 (goal <= 0.15) FAIL")
+    assert v2["p50 latency of one ~8.5 s request alone, s"].endswith("0.437 (goal <= 0.4) FAIL")
+    assert v2["aggregate RTF at 16 clients"].endswith("0.022 (goal <= 0.02) FAIL")

@@ -228,7 +228,8 @@ def load_runtime(
     loads it in its config's dtype otherwise), our featurizer instead of file-reading prompt code, and the LLM's
     token loop on our fast decode path (``decode_setup.prepare_llm``: by default on CUDA) and, on CUDA, the flow's
     estimator behind bucketed CUDA graphs (``flow_graphs.py``: each bucket kept only where faster and equal; their
-    matmuls in TF32 where ``flow_tf32``, the estimator in float16 where ``flow_half``), and with ``vocoder_graphs``
+    matmuls in TF32 where ``flow_tf32``, the estimator in float16 where ``flow_half``: off here, as upstream's
+    float32 flow that the GPU tests compare against, on in the backend's own option), and with ``vocoder_graphs``
     the vocoder's transforms without host syncs (``hift_stft``) and CosyVoice2's streamed chunks (CosyVoice3's
     first chunk, ``causal_vocoder``) through it from CUDA graphs (``vocoder_graphs``)."""
     block_downloads()
