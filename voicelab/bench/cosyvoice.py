@@ -13,8 +13,9 @@ tokens/s, time to first audio, throughput at each ``--clients`` count, and per w
 allocated, reserved and inactive-split bytes, NVML memory used by the process and host RSS. VoiceLab also runs
 streamed requests, the shape of NVIDIA's Triton+TRT-LLM benchmark (``--anchor-requests``, ``cosyvoice_anchor``: its
 line sets our RTF at 1 and 4 clients beside that stack's on an L20), a Soft restart (VRAM after it vs a fresh start)
-and, in a third process, the first requests again in ``--probe-dtype`` for its peak beside float32's. The goal lines
-at the end say pass or FAIL.
+and, in a third process, the first requests again in ``--probe-dtype`` for its peak beside float32's (either side
+may be the float32 one: ``--dtype bfloat16 --probe-dtype float32`` works too). The goal lines at the end say pass or
+FAIL, by the model's version (``SPEED_GOALS``: CosyVoice3's are its own).
 """
 
 from __future__ import annotations
