@@ -130,7 +130,7 @@ def test_request_profile_reads_a_whole_requests_stages_and_counts_syncs_by_line(
 
     from tools.cosyvoice_request_profile import stages, sync_sources
     from voicelab.bench.cosyvoice_anchor import anchor_voice
-    from voicelab.bench.soak import DEFAULT_PROMPTS
+    from voicelab.bench.soak import base_prompts
 
     marks = [("token", 1.040), *(("token", 1.040 + 0.0025 * i) for i in range(1, 253)), ("flow+", 1.700)]
     marks += [("flow encoder+", 1.701), ("flow encoder-", 1.712), ("flow decoder+", 1.713), ("flow decoder-", 1.879)]
@@ -142,7 +142,7 @@ def test_request_profile_reads_a_whole_requests_stages_and_counts_syncs_by_line(
     assert "flow 700-880 (encoder 11, decoder 166)" in line.line()
     caught = [warnings.WarningMessage("sync", UserWarning, "/x/sampling.py", n, None) for n in (86, 86, 89)]
     assert sync_sources(caught) == {"sampling.py:86": 2, "sampling.py:89": 1}
-    prompts = sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4]
+    prompts = base_prompts()
     (first, rate, text), (again, _, _) = anchor_voice(0, prompts), anchor_voice(4, prompts)
     assert text and rate == 16000 and abs(first.size - again.size - 0.04 * 16000) <= 1  # the same clip, cut later
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from tools.cosyvoice_first_audio import instrument, marks_ms, span, timed
 from voicelab.bench.cosyvoice_anchor import anchor_texts, anchor_voice
-from voicelab.bench.soak import DEFAULT_PROMPTS
+from voicelab.bench.soak import base_prompts
 
 SAMPLE_RATE = 24000
 WARM_CALLS = 3  # untimed calls before a timed median
@@ -107,7 +107,7 @@ def sync_sources(caught: Iterable[warnings.WarningMessage]) -> collections.Count
 
 def run_voice(index: int) -> tuple[Any, int, str]:
     """Run ``index``'s voice: the anchor phase's cut of one of the four test prompts (samples, rate, transcript)."""
-    return anchor_voice(index, sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4])
+    return anchor_voice(index, base_prompts())
 
 
 def one_request(

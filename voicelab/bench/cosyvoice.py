@@ -35,7 +35,7 @@ import numpy as np
 
 from voicelab.bench.cosyvoice_anchor import CORPUS_ZH, anchor_line, rtf_by_clients
 from voicelab.bench.cosyvoice_sides import WINDOW, Job, run_dtype_probe, run_upstream, run_voicelab
-from voicelab.bench.soak import CORPUS, DEFAULT_PROMPTS
+from voicelab.bench.soak import CORPUS, base_prompts
 
 TOKENS_PER_S = 25
 MIB = 2**20
@@ -54,7 +54,7 @@ def workload(n: int, max_chars: int, folder: Path, seed: int = 0) -> list[Job]:
     import soundfile as sf
 
     rng = random.Random(seed)
-    bases = sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4]
+    bases = base_prompts()
     jobs = []
     for index in range(n):
         text = _text(rng, max_chars, chinese=index % 4 == 3)
@@ -70,7 +70,7 @@ def workload(n: int, max_chars: int, folder: Path, seed: int = 0) -> list[Job]:
 
 def short_jobs(count: int = 8) -> list[Job]:
     """The throughput phase's requests: one sentence each, the four base prompts (cached after the soak)."""
-    bases = sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4]
+    bases = base_prompts()
     sentences = [s.strip() for s in re.findall(r"[^.?!]+[.?!]", CORPUS) if len(s.strip()) > 20]
     return [
         Job(sentences[i % len(sentences)], str(bases[i % 4]), bases[i % 4].with_suffix(".txt").read_text().strip(), i)

@@ -272,12 +272,12 @@ def anchor_phase(call: Callable[[Job], float], requests: int, clients: Sequence[
     """NVIDIA's shape (``cosyvoice_anchor``): two probes size the texts to ~8.5 s replies, then ``requests`` of them
     at each client count, every one in a voice new to the cache; ``None`` when ``requests`` is 0."""
     from voicelab.bench.cosyvoice_anchor import PROBE_CHARS, anchor_texts, anchor_voices, sized_chars
-    from voicelab.bench.soak import DEFAULT_PROMPTS
+    from voicelab.bench.soak import base_prompts
 
     if requests <= 0:
         return None
     with tempfile.TemporaryDirectory() as folder:
-        bases = sorted(DEFAULT_PROMPTS.glob("*.wav"))[:4]
+        bases = base_prompts()
         voices = anchor_voices(Path(folder), requests * len(clients) + len(PROBE_CHARS), bases)
         probes = [(c, call(Job(anchor_texts(1, c)[0], *voices[-1 - i], 9000 + i))) for i, c in enumerate(PROBE_CHARS)]
         chars = sized_chars(probes)

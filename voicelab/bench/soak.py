@@ -49,6 +49,11 @@ WINDOW = 50
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "tests" / "data"
 
 
+def base_prompts(count: int = 4) -> list[Path]:
+    """The first ``count`` test prompts by name: the clips the CosyVoice benches and tools cut new voices from."""
+    return sorted(DEFAULT_PROMPTS.glob("*.wav"))[:count]
+
+
 @dataclass(frozen=True)
 class SoakRequest:
     text: str

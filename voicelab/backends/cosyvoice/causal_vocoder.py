@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
-from voicelab.backends.cosyvoice.hift_source import harmonic_source
+from voicelab.backends.cosyvoice.hift_source import Shape, harmonic_source
 
 STAGE = "vocoder (causal HiFT), streamed first chunk"
-Shape = tuple[int, int]  # (mel frames, cached source samples): always 0 here, the causal vocoder keeps no source
+# A Shape's cached source samples are always 0 here: the causal vocoder keeps no source.
 
 
 def causal_vocode(

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+Shape = tuple[int, int]  # a vocoder call as both recipes key their graphs: (mel frames, cached source samples)
+
 
 def harmonic_source(
     hift: Any, f0: torch.Tensor, phases: torch.Tensor, noise: torch.Tensor, mode: str = "linear"

@@ -32,7 +32,7 @@ import torch
 from voicelab.backends.base import GraphBucket
 from voicelab.backends.cosyvoice.causal_vocoder import CausalRecipe
 from voicelab.backends.cosyvoice.flow_graphs import matmul_tf32
-from voicelab.backends.cosyvoice.hift_source import harmonic_source
+from voicelab.backends.cosyvoice.hift_source import Shape, harmonic_source
 from voicelab.backends.cosyvoice.speech_loop import Hops
 from voicelab.backends.cuda_graphs import (
     SideStream,
@@ -48,7 +48,6 @@ STAGE = "vocoder (HiFT), streamed chunk"
 # Largest difference from upstream's eager call at capture, relative to the audio's scale: the transforms differ
 # from cuFFT's by float32 rounding and cuDNN may pick other convolution algorithms in a capture.
 TOLERANCE = 5e-3
-Shape = tuple[int, int]  # (mel frames, cached source samples)
 
 
 @dataclass(frozen=True)
