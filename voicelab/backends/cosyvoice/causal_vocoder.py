@@ -29,7 +29,6 @@ import torch
 from voicelab.backends.cosyvoice.hift_source import Shape, harmonic_source
 
 STAGE = "vocoder (causal HiFT), streamed first chunk"
-# A Shape's cached source samples are always 0 here: the causal vocoder keeps no source.
 
 
 def causal_vocode(
@@ -96,6 +95,7 @@ class CausalRecipe:
 
     @staticmethod
     def shape(feat: torch.Tensor, options: dict[str, Any]) -> Shape | None:
+        """An unfinalised call's mel length, with 0 cached source samples (the causal vocoder keeps no source)."""
         return None if options.get("finalize", True) else (int(feat.shape[2]), 0)
 
     def synthetic(self, shape: Shape, generator: torch.Generator) -> tuple[torch.Tensor, dict[str, Any]]:
