@@ -305,9 +305,32 @@ def test_batches_run_at_recurring_widths_and_the_padding_moves_no_embedding(
     awb = clips16k["arctic_awb_en_male"]
     pieces = [awb[: int(3.1 * JUDGE_RATE)], awb[: int(3.4 * JUDGE_RATE)]]
     ours = [judge.raw_embeddings([piece])[0] for piece in pieces]
-    assert widths == [ecapa.WIDTH_STEP * 7] * 2  # 3.5 s: the next half second
+    assert widths == [ecapa.WIDTH_STEP * 7] * 2  # 3.5 s: the ladder's next rung (2.5 s, then 3.5)
     model = ecapa.load_encoder(ecapa.find_weights_dir(), torch.device("cpu"))
     with torch.inference_mode():
         unpadded = [forward(model, torch.from_numpy(p)[None], torch.tensor([len(p)]))[0] for p in pieces]
     for mine, theirs in zip(ours, unpadded, strict=True):
         assert cosine(mine, theirs) >= TIGHT
+
+
+def test_warming_runs_every_width_a_scored_reply_can_take(
+    judge: EcapaJudge, clips16k: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shapes: list[tuple[int, ...]] = []
+    forward = ecapa.EcapaEncoder.forward
+
+    def recorded(self: ecapa.EcapaEncoder, wavs: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
+        shapes.append(tuple(wavs.shape))
+        return forward(self, wavs, samples)
+
+    monkeypatch.setattr(ecapa.EcapaEncoder, "forward", recorded)
+    assert judge.warm_shapes(4 * JUDGE_RATE, rows=2) == []  # a CPU judge rounds nothing, so warms nothing
+    monkeypatch.setattr(judge, "rounds_shapes", True)  # what a GPU judge does
+    warmed = judge.warm_shapes(4 * JUDGE_RATE, rows=2)
+    assert shapes == warmed == [(2, w) for w in (8000, 16000, 24000, 32000, 40000, 56000, 72000)]
+    awb = clips16k["arctic_awb_en_male"]
+    for seconds in (0.7, 2.2, 3.9):  # an output and its draft, a little shorter, as a scored reply brings them
+        shapes.clear()
+        piece = awb[: int(seconds * JUDGE_RATE)]
+        judge.raw_embeddings([piece, piece[: len(piece) * 9 // 10]])
+        assert shapes[0] in warmed

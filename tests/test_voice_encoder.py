@@ -16,6 +16,7 @@ from voicelab.voice.analysis import frame_levels_db, resample
 from voicelab.voice.encoder import (
     HOP,
     PARTIAL_STEP,
+    SAMPLE_RATE,
     SpeakerEncoder,
     mel_filterbank,
     normalize_volume,
@@ -126,3 +127,32 @@ def test_pieces_of_different_lengths_run_at_recurring_shapes_and_embed_as_alone(
         assert float(torch.dot(batched, reference)) > 0.99999
         if one is not None:
             assert float(torch.dot(one, reference)) > 0.99999
+
+
+def test_warming_runs_every_spectrogram_and_lstm_batch_a_scored_reply_can_make(
+    encoder: SpeakerEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert encoder.warm_shapes(4 * SAMPLE_RATE, pieces=2) == []  # a CPU encoder rounds nothing, so warms nothing
+    monkeypatch.setattr(encoder, "rounds_shapes", True)  # what a GPU encoder does
+    seen: list[tuple[int, ...]] = []
+    stft = torch.stft
+
+    def recorded_stft(x: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        seen.append(tuple(x.shape))
+        return stft(x, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch, "stft", recorded_stft)
+    hook = encoder.model.lstm.register_forward_pre_hook(lambda _, args: seen.append(tuple(args[0].shape)))
+    try:
+        warmed = set(encoder.warm_shapes(20 * SAMPLE_RATE, pieces=2))
+        warmed_shapes = set(seen)
+        assert len(warmed) == len(warmed_shapes) < 25  # each shape once; a few dozen cover 20 s of speech
+        awb, libri = _speech("arctic_awb_en_male"), _speech("librivox_en_male")
+        speech = np.concatenate([awb, libri, awb, libri])
+        for seconds in (1.1, 4.0, 9.3, 17.5):
+            seen.clear()
+            piece = speech[: int(seconds * SAMPLE_RATE)]
+            encoder.embed_batch([piece, piece[: len(piece) * 9 // 10]])
+            assert seen and set(seen) <= warmed_shapes, f"{seconds} s met a shape the warming did not run"
+    finally:
+        hook.remove()

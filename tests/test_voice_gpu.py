@@ -126,3 +126,24 @@ def test_a_cloned_request_matches_on_the_device(renderer: str) -> None:
         assert result.f0_output_hz == pytest.approx(result.f0_prompt_hz, rel=0.10)
     finally:
         core.close()
+
+
+@GE2E
+@ECAPA
+def test_a_warmed_scorer_builds_no_fft_plans_for_new_reply_lengths(speech: tuple[np.ndarray, int]) -> None:
+    from voicelab.engine.scoring import Scored
+    from voicelab.engine.voicing import VoiceStage
+
+    stage = VoiceStage("cuda", 2, "pulse")
+    prompt = load_prompt(DATA / "arctic_slt_en_female.wav")
+    profile = stage.voice_for(prompt, (), calibrate=None).profile  # type: ignore[arg-type]  # nothing to match
+    stage.scorer.warm_shapes(stage.matcher, 22050, matched=True)
+    plans = torch.backends.cuda.cufft_plan_cache[torch.cuda.current_device()]
+    before = plans.size
+    audio = np.tile(resample(speech[0], speech[1], 22050), 8)
+    for seconds in (1.3, 4.4, 7.9, 12.6, 26.1):  # replies of a few words to a paragraph
+        output = audio[: int(seconds * 22050)]
+        scores = stage.scorer.score([Scored(output, output[::-1].copy(), profile, True)], 22050, stage.matcher)
+        assert scores[0].similarity_base is not None
+    assert plans.size == before, "a scored reply built cuFFT plans the warming should have made"
+    stage.unload()

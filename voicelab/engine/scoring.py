@@ -9,6 +9,8 @@ per prompt; the matcher reads only ``SpeakerProfile.embedding``.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,10 +21,16 @@ from voicelab.judges.ecapa import JUDGE_RATE, EcapaJudge
 from voicelab.voice.analysis import resample
 from voicelab.voice.dsp import padded_rows
 from voicelab.voice.encoder import SAMPLE_RATE as ENCODER_RATE
-from voicelab.voice.matcher import VoiceMatcher, median_f0, median_f0_many
+from voicelab.voice.matcher import VoiceMatcher, median_f0, median_f0_many, warm_f0_shapes
 from voicelab.voice.profile import SpeakerProfile
 from voicelab.voice.prompt import PromptAudio
 from voicelab.voice.resampling import resample_rows, resampled_length
+
+log = logging.getLogger(__name__)
+
+# The replies whose scoring shapes are made ahead on a GPU (``CloneScorer.warm_shapes``): 40 s is about 600
+# characters of English; a longer reply's scoring still builds its plans the first time its shapes come.
+WARM_SECONDS = 40.0
 
 
 @dataclass(frozen=True)
@@ -54,11 +62,26 @@ class CloneScorer:
     def __init__(self, device: str) -> None:
         self.device = device
         self.judge = EcapaJudge(device)
+        self._warmed: set[tuple[int, int]] = set()  # (sample rate, pieces a job scores) already warmed
 
     def with_judge_embedding(self, profile: SpeakerProfile, prompt: PromptAudio) -> SpeakerProfile:
         """The profile carrying the judge's embedding of the prompt (already 16 kHz mono, trimmed)."""
         embedding = self.judge.embed(np.asarray(prompt.samples, dtype=np.float32), prompt.sample_rate)
         return profile.with_judge_embedding(embedding)
+
+    def warm_shapes(self, matcher: VoiceMatcher, sample_rate: int, matched: bool) -> None:
+        """On a GPU, once per rate and kind of job: every shape the scoring of one job up to ``WARM_SECONDS`` can
+        take (both encoders' and the pitch tracker's, on their ladders: ``voice.shapes``) run on silence, so no
+        request pays for building a plan. On an H100 a scored request that met a new shape took 10-50 ms longer
+        (docs/benchmarks.md); this costs the first prompted request about a second instead."""
+        pieces = 2 if matched else 1  # output and unmatched draft, or the output alone
+        if not self.device.startswith("cuda") or (sample_rate, pieces) in self._warmed:
+            return
+        self._warmed.add((sample_rate, pieces))
+        started, limit = time.perf_counter(), int(WARM_SECONDS * ENCODER_RATE)
+        shapes = len(self.judge.warm_shapes(limit, pieces)) + len(matcher.encoder.warm_shapes(limit, pieces))
+        shapes += len(warm_f0_shapes(sample_rate, int(WARM_SECONDS * sample_rate), self.device))
+        log.info("scoring shapes warmed: %d in %.2f s", shapes, time.perf_counter() - started)
 
     def score(self, jobs: Sequence[Scored], sample_rate: int, matcher: VoiceMatcher) -> list[CloneScores]:
         """Every job's scores, each encoder in one batch over all outputs and drafts (one speaker-encoder batch
@@ -112,3 +135,4 @@ class CloneScorer:
 
     def unload(self) -> None:
         self.judge.unload()
+        self._warmed.clear()

@@ -172,6 +172,8 @@ class VoiceStage:
         matched = bool(to_match)
         cached = self.voice_for(request.prompt, to_match, calibrate) if request.prompt else None
         profile = cached.profile if cached else None
+        if profile is not None and profile.scored:
+            self.scorer.warm_shapes(self.matcher, capabilities.sample_rate, matched)
         styled = not capabilities.native_instructions and not request.style.is_neutral
         gender = request.style.gender if request.prompt is None else None  # a prompt's voice is the prompt's
         voiced = {lang: gender if capabilities.voices_gender(lang) else None for lang in languages}

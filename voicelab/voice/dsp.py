@@ -10,7 +10,7 @@ resampling), ``psola`` and ``harmonic`` (``spectral``'s steps with the pitch mov
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -18,7 +18,6 @@ import torch.nn.functional as F
 
 from voicelab.voice import harmonic, mel_render, psola, pulse, spectral, world_render
 from voicelab.voice.mel import MEL_RATE
-from voicelab.voice.shapes import rounded_up
 from voicelab.voice.transform import EQ_LIMIT_DB, VoiceTransform, eq_curve_db
 
 __all__ = ["EQ_LIMIT_DB", "RENDERERS", "VoiceTransform", "apply_transform", "apply_transforms", "transform_batch"]
@@ -199,10 +198,11 @@ def _world_batch(
     return out
 
 
-def padded_rows(pieces: Sequence[np.ndarray], width_step: int = 1) -> torch.Tensor:
-    """The pieces as rows of one zero-padded float32 batch on the CPU (B, longest rounded up to ``width_step``, at
-    least 1)."""
-    batch = np.zeros((len(pieces), rounded_up(max([len(p) for p in pieces] + [1]), width_step)), dtype=np.float32)
+def padded_rows(pieces: Sequence[np.ndarray], width: Callable[[int], int] | None = None) -> torch.Tensor:
+    """The pieces as rows of one zero-padded float32 batch on the CPU (B, the longest or ``width`` of it, at least
+    1)."""
+    longest = max([len(p) for p in pieces] + [1])
+    batch = np.zeros((len(pieces), width(longest) if width else longest), dtype=np.float32)
     for row, piece in enumerate(pieces):
         batch[row, : len(piece)] = piece
     return torch.from_numpy(batch)

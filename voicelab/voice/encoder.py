@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from voicelab.errors import BackendLoadError
 from voicelab.voice.analysis import active_frames, frame_levels_db
-from voicelab.voice.shapes import rounded_up
+from voicelab.voice.shapes import ladder, on_ladder
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,8 @@ NORM_TARGET_DBFS = -30.0
 VAD_WINDOW_S = 0.030
 VAD_AVERAGE_WIDTH = 8
 VAD_MAX_SILENCE = 6
-# On a GPU spectrogram frames and LSTM rows are rounded up to these (``voice.shapes``): the plans recur.
+# On a GPU spectrogram frames and LSTM rows are rounded up onto ladders of these (``voice.shapes``): the plans recur
+# and can be made ahead (``warm_shapes``).
 FRAME_STEP = 64
 PARTIAL_STEP = 8
 _TRAINING_ONLY_KEYS = ("similarity_weight", "similarity_bias")
@@ -196,7 +197,7 @@ class SpeakerEncoder:
         with torch.inference_mode():
             mels = self._mels([wav for wav, _ in prepared])
             partials = [mels[row, s] for row, (_, slices) in enumerate(prepared) for s in slices]
-            rows = rounded_up(len(partials), PARTIAL_STEP if self.rounds_shapes else 1)
+            rows = on_ladder(len(partials), PARTIAL_STEP) if self.rounds_shapes else len(partials)
             batch = mels.new_zeros(rows, PARTIAL_FRAMES, N_MELS)
             batch[: len(partials)] = torch.stack(partials)
             embedded = self.model(batch)[: len(partials)]
@@ -206,11 +207,27 @@ class SpeakerEncoder:
                 out.append(mean / torch.linalg.vector_norm(mean).clamp_min(1e-12))
             return out
 
+    def warm_shapes(self, limit_samples: int, pieces: int) -> list[tuple[int, ...]]:
+        """Every spectrogram batch of ``pieces`` rows up to ``limit_samples`` and every LSTM batch those pieces can
+        make, run once on silence, so their cuFFT and cuDNN plans exist before a request's scoring needs them.
+        Returns the shapes run: (pieces, frames) and (rows,); on a CPU, where nothing is rounded, none."""
+        if not self.rounds_shapes:
+            return []
+        frames = ladder(FRAME_STEP, limit_samples // HOP + 1)
+        rows = ladder(PARTIAL_STEP, pieces * len(partial_slices(limit_samples)))
+        with torch.inference_mode():
+            for count in frames:
+                self._mels([np.zeros((count - 1) * HOP, dtype=np.float32)] * pieces)
+            for count in rows:
+                self.model(torch.zeros(count, PARTIAL_FRAMES, N_MELS, device=self.device))
+        return [(pieces, count) for count in frames] + [(count,) for count in rows]
+
     def _mels(self, waves: list[np.ndarray]) -> torch.Tensor:
         """``mel`` of each wave as one batch (B, frames, 40): each row reflected at its own edges (``mel``'s
         centring), then zero-padded to the batch's width."""
         half = N_FFT // 2
-        frames = rounded_up(max(len(wav) for wav in waves) // HOP + 1, FRAME_STEP if self.rounds_shapes else 1)
+        frames = max(len(wav) for wav in waves) // HOP + 1
+        frames = on_ladder(frames, FRAME_STEP) if self.rounds_shapes else frames
         batch = torch.zeros(len(waves), (frames - 1) * HOP + N_FFT)
         for row, wav in enumerate(waves):
             batch[row, : len(wav) + 2 * half] = F.pad(torch.from_numpy(wav)[None], (half, half), mode="reflect")[0]

@@ -8,6 +8,7 @@ never scores below the unmatched voice on the calibration utterance.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -24,6 +25,7 @@ from voicelab.voice.encoder import SAMPLE_RATE as ENCODER_RATE
 from voicelab.voice.encoder import SpeakerEncoder
 from voicelab.voice.pitch import voiced_median, yin_f0
 from voicelab.voice.profile import SpeakerProfile, formant_ratio
+from voicelab.voice.shapes import ladder, on_ladder
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +97,22 @@ def median_f0(audio: np.ndarray, sr: int, device: torch.device | str = "cpu") ->
 
 def median_f0_many(audios: list[np.ndarray], sr: int, device: torch.device | str = "cpu") -> list[float]:
     """``median_f0`` of each, tracked as one zero-padded batch (padding is silence: unvoiced frames), its width
-    rounded up to a quarter second so the tracker's FFT shapes recur (``voice.shapes``)."""
+    rounded up onto a ladder of quarter seconds so the tracker's FFT shapes recur (``voice.shapes``)."""
     if not audios:
         return []
     with torch.inference_mode():
-        batch = padded_rows(audios, width_step=sr // 4).to(device)
+        batch = padded_rows(audios, functools.partial(on_ladder, step=sr // 4)).to(device)
         medians = voiced_median(yin_f0(batch, sr, spectral.Grid.for_rate(sr).hop))
     return [float(m) for m in medians.cpu()]
+
+
+def warm_f0_shapes(sr: int, limit_samples: int, device: torch.device | str) -> list[int]:
+    """``median_f0_many`` of one row at every width up to ``limit_samples`` once, on silence, so the tracker's cuFFT
+    plans exist before a request's scoring needs them; returns the widths."""
+    widths = ladder(sr // 4, limit_samples)
+    for width in widths:
+        median_f0_many([np.zeros(width, dtype=np.float32)], sr, device)
+    return list(widths)
 
 
 class VoiceMatcher:

@@ -1,0 +1,210 @@
+"""Where each cached cloned request's time goes inside the engine, request by request, and what the device did.
+
+    python -m tools.clone_trace [--device cuda] [--runs 20] [--kernels 6]
+
+``clone_stages`` times each stage alone on one sentence and ``clone_profile`` gives cProfile's host view; this
+runs whole cloned requests through ``EngineCore`` (the throughput bench's two-sentence texts and prompt, after
+warm-up) with the calls a cloned request makes wrapped and timed, the device synchronised around each: the
+backend's chunks, the renderer (its analysis and its synthesis inside it), the scoring (resampling, GE2E, ECAPA,
+the output's F0) and the style check. It prints every request sorted by latency, so the tail shows which stage
+grew, then p50 / p95 per stage. ``--kernels N`` then profiles N unwrapped requests with ``torch.profiler``: CUDA
+kernels launched and the device's busy time per request against its wall time (a launch-bound request keeps the
+device idle most of its time), and the ops with the most device time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from voicelab.bench.first_byte import nearest_rank
+from voicelab.bench.throughput import DEFAULT_PROMPT, request_text
+from voicelab.engine.core import EngineCore
+from voicelab.engine.messages import SynthesisRequest
+from voicelab.settings import from_environment
+from voicelab.voice.intake import load_prompt
+from voicelab.voice.prompt import PromptAudio
+
+
+@dataclass
+class Ledger:
+    """Milliseconds per stage for the request in flight, the device synchronised around each timed call."""
+
+    device: str
+    current: dict[str, float] = field(default_factory=dict)
+
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+
+    @contextlib.contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        self.sync()
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.sync()
+            self.current[stage] = self.current.get(stage, 0.0) + 1e3 * (time.perf_counter() - started)
+
+    def count(self, stage: str) -> None:
+        self.current[stage] = self.current.get(stage, 0.0) + 1
+
+
+# (owner, attribute, stage): the calls a cached cloned request makes, outermost first; nested stages are inside
+# their caller's figure (the analysis and the synthesis inside "render").
+WRAPPED = (
+    ("voicelab.voice.dsp", "transform_batch", "render"),
+    ("voicelab.voice.pulse_graphs:AnalysisGraphs", "__call__", "  analysis"),
+    ("voicelab.voice.pulse", "synthesise", "  synthesis"),
+    ("voicelab.engine.scoring:CloneScorer", "_at_encoder_rate", "resample 16k"),
+    ("voicelab.voice.matcher:VoiceMatcher", "similarities_to", "GE2E"),
+    ("voicelab.judges.ecapa:EcapaJudge", "similarities", "ECAPA"),
+    ("voicelab.engine.scoring", "median_f0_many", "F0"),
+    ("voicelab.engine.voicing:VoiceStage", "plan", "plan"),
+    ("voicelab.engine.voicing:VoiceStage", "style_check", "style check"),
+)
+COUNTED = (("voicelab.voice.pulse_graphs:AnalysisGraphs", "_capture", "captures"),)
+
+
+def _owner(path: str) -> Any:
+    module, _, cls = path.partition(":")
+    owner = __import__(module, fromlist=["_"])
+    return getattr(owner, cls) if cls else owner
+
+
+@contextlib.contextmanager
+def wrapped(ledger: Ledger, core: EngineCore) -> Iterator[None]:
+    """The stages timed (and the backend's chunk generator), restored afterwards."""
+    saved: list[tuple[Any, str, Any]] = []
+
+    def patch(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        saved.append((owner, name, original))
+        setattr(owner, name, make(original))
+
+    for path, name, stage in WRAPPED:
+
+        def timing(original: Any, stage: str = stage) -> Any:
+            @functools.wraps(original)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                with ledger.timed(stage):
+                    return original(*args, **kwargs)
+
+            return call
+
+        patch(_owner(path), name, timing)
+    for path, name, stage in COUNTED:
+
+        def counting(original: Any, stage: str = stage) -> Any:
+            @functools.wraps(original)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                ledger.count(stage)
+                return original(*args, **kwargs)
+
+            return call
+
+        patch(_owner(path), name, counting)
+
+    def chunks(original: Any) -> Any:
+        def timed_chunks(plan: Any) -> Iterator[Any]:
+            stream = original(plan)
+            while True:
+                with ledger.timed("synthesis (backend)"):
+                    chunk = next(stream, None)
+                if chunk is None:
+                    return
+                yield chunk
+
+        return timed_chunks
+
+    patch(core, "_chunks", chunks)
+    try:
+        yield
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
+
+
+def traced_requests(core: EngineCore, prompt: PromptAudio, runs: int) -> list[dict[str, float]]:
+    """``runs`` cloned requests with their stages: each a dict of stage -> ms, plus ``total`` and ``chunks``."""
+    ledger = Ledger(core.device)
+    rows = []
+    with wrapped(ledger, core):
+        for r in range(runs):
+            ledger.current = {}
+            ledger.sync()
+            started = time.perf_counter()
+            result = core.run(SynthesisRequest(request_text(0, r, 2), seed=r, prompt=prompt))
+            ledger.sync()
+            total = 1e3 * (time.perf_counter() - started)
+            timed = sum(v for k, v in ledger.current.items() if not k.startswith(" ") and k != "captures")
+            rows.append(
+                ledger.current
+                | {"total": total, "rest": total - timed, "chunks": result.chunks, "audio s": len(result.audio) / 22050}
+            )
+    return rows
+
+
+def print_stages(rows: list[dict[str, float]]) -> None:
+    stages = ["total", "audio s", "chunks", "synthesis (backend)", "render", "  analysis", "  synthesis"]
+    stages += [s for _, _, s in WRAPPED[3:]] + ["rest", "captures"]
+    print("| " + " | ".join(stages) + " |\n|" + "---|" * len(stages))
+    for row in sorted(rows, key=lambda r: r["total"]):
+        print("| " + " | ".join(f"{row.get(s, 0.0):.1f}" for s in stages) + " |")
+    for name, q in (("p50", 0.5), ("p95", 0.95)):
+        cells = [nearest_rank([row.get(s, 0.0) for row in rows], q) for s in stages]
+        print(f"| {name}: " + " | ".join(f"{c:.1f}" for c in cells) + " |")
+
+
+def print_kernels(core: EngineCore, prompt: PromptAudio, runs: int) -> None:
+    """Kernels and device busy time per request against wall time, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    walls = []
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for r in range(runs):
+            torch.cuda.synchronize(core.device)
+            started = time.perf_counter()
+            core.run(SynthesisRequest(request_text(0, r, 2), seed=r, prompt=prompt))
+            torch.cuda.synchronize(core.device)
+            walls.append(1e3 * (time.perf_counter() - started))
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(e.device_time for e in kernels) / 1e3
+    print(f"\n{runs} requests under torch.profiler: wall p50 {statistics.median(walls):.1f} ms (profiled, slower)")
+    print(f"per request: {len(kernels) / runs:.0f} device events, device busy {busy / runs:.1f} ms")
+    table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=30, max_name_column_width=60)
+    print(table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.clone_trace", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--kernels", type=int, default=0, help="requests profiled by torch.profiler (CUDA only)")
+    args = parser.parse_args(argv)
+    core = EngineCore(replace(from_environment(), device=args.device))
+    prompt = load_prompt(DEFAULT_PROMPT)
+    try:
+        for voice in (None, prompt, None, prompt):  # warm-up: the profile, the allocator, the graphs' second use
+            for r in range(4):
+                core.run(SynthesisRequest(request_text(0, r, 2), seed=r, prompt=voice))
+        print(f"{args.device}, renderer {core.voice.renderer}, {args.runs} cloned requests of two sentences each")
+        print_stages(traced_requests(core, prompt, args.runs))
+        if args.kernels and args.device.startswith("cuda"):
+            print_kernels(core, prompt, args.kernels)
+    finally:
+        core.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
