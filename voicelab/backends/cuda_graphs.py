@@ -35,6 +35,22 @@ def device_ms(fn: Callable[[], object], runs: int = TIMING_RUNS) -> float:
     return statistics.median(times)
 
 
+def timed_in_turn(
+    eager: Callable[[], object], replay: Callable[[], object], runs: int = TIMING_RUNS
+) -> tuple[float, float]:
+    """Device ms of the eager call and of the graph's replay, each the fastest of ``runs``, the two taken in turn.
+
+    Whether a graph is kept is decided once, for the life of the process, so the decision must survive a busy
+    moment: another process on the same device (the benches' second worker loading, say) only adds time, and a
+    median of one side's runs taken while it was busy against the other's taken after made a faster graph look
+    slower. Taken in turn, both sides see the same moments, and the minimum drops the busy ones."""
+    eager_ms, graph_ms = [], []
+    for _ in range(runs):
+        eager_ms.append(device_ms(eager, runs=1))
+        graph_ms.append(device_ms(replay, runs=1))
+    return min(eager_ms), min(graph_ms)
+
+
 class SideStream:
     """The one stream a set of graphs warms up and captures on, made on first use (CUDA only).
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from voicelab.backends.base import GraphBucket
 from voicelab.bench.soak import CORPUS, COSYVOICE_ELSEWHERE
 from voicelab.engine.client import EngineClient
 from voicelab.engine.messages import AllocatorStats, SynthesisRequest
@@ -161,6 +162,8 @@ def run_side_by_side(engines: dict[str, EngineClient], args: argparse.Namespace,
             ttfa = np.median([s.first_audio_s for s in long]) * 1000
             print(f"{mode:<10} {kind:<6} time to first audio, {PARAGRAPH_CHARS} characters, alone: {ttfa:.1f} ms")
     for mode, engine in engines.items():
+        print(graphs_line(mode, engine.status().graphs))
+    for mode, engine in engines.items():
         before, end = warmed[mode], engine.allocator_stats()
         print(
             f"{mode:<10} memory: allocated after warm-up {before.allocated / MIB:.1f} MiB, at the end "
@@ -168,6 +171,15 @@ def run_side_by_side(engines: dict[str, EngineClient], args: argparse.Namespace,
             f"{before.reserved / MIB:.0f} -> max {max(reserved[mode]) / MIB:.0f} MiB"
         )
     return rows
+
+
+def graphs_line(mode: str, graphs: Sequence[GraphBucket]) -> str:
+    """How many CUDA graph buckets the worker kept, and each it runs eagerly with its timings: a bucket whose graph
+    lost its timing at capture runs eagerly for the worker's life, so a slow worker shows here."""
+    eager = [g for g in graphs if not g.kept]
+    named = [f"{g.stage} {g.rows}x{g.length} ({g.eager_ms:.1f} eager, {g.graph_ms:.1f} replayed)" for g in eager]
+    line = f"{mode:<10} CUDA graphs: {len(graphs) - len(eager)} of {len(graphs)} buckets kept"
+    return line + (f"; eager: {', '.join(named)}" if named else "")
 
 
 HEADER = (

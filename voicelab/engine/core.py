@@ -362,7 +362,7 @@ class EngineCore:
             backend_release: Callable[[], int] = getattr(self.backend, "release_graphs", lambda: 0)
             cleanups.append(("CUDA graph pools (captured again on next use)", backend_release))
             cleanups.append(
-                ("the voice renderer's CUDA graphs (captured again on their next use)", self.voice.release_graphs)
+                ("the voice renderer's CUDA graphs (captured again on their second use)", self.voice.release_graphs)
             )
         return memory.clean_device_cache(self.device, cleanups)
 

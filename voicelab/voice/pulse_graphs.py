@@ -5,11 +5,10 @@ eager against ~2 ms replayed, whatever the chunk's length, and a cloned request 
 (docs/benchmarks.md). Once its frame count is known it has no host sync, so it is captured per bucket of (rows,
 frames): frames on a ladder ~25 % apart up to 12 s, rows 1, 2, 4 or 8.
 
-A bucket is captured the first time a batch needs it, on that batch (capturing every bucket at load, on a
-synthetic buzz, broke a later cuFFT call on the H200; a request's own audio never did). Until 2026-12-05 that was
-the second time, so a bucket cost two requests instead of one before it ran from its graph. The capture is timed
-against one eager analysis (the warm-up's run made its plans; three timed runs were most of a capture's ~60 ms)
-and kept only if its replay is faster. Padding rows repeat the first row; padding frames lie past every
+A bucket is captured the second time a batch needs it, on that batch: a shape seen once stays eager (and capturing
+every bucket at load, on a synthetic buzz, broke a later cuFFT call on the H200). It is timed against one eager
+analysis (the warm-up's run made its plans; three timed runs were half of a capture's ~60 ms on an H100) and kept
+only if its replay is faster. Padding rows repeat the first row; padding frames lie past every
 row's end, are never read, and are cut from the outputs, so a replayed analysis equals the eager one. All graphs
 share one memory pool (they never run at the same time), bounded by ``max_bytes``; the engine counts each bucket as
 a holder of memory (not a leak), and the panel lists them with their memory and times, as it does Piper's."""
@@ -42,7 +41,7 @@ STAGE = "pulse analysis"
 ROW_BUCKETS = (1, 2, 4, 8)  # a request's first chunk alone, its later chunks together (``engine.chunk_render``)
 FRAME_LADDER = tuple(rounded_up(round(256 * 1.25**k), pulse.FRAME_BUCKET) for k in range(11))  # to 12 s
 MAX_ROWS_X_FRAMES = 8192  # about 41 s of padded audio: larger batches stay eager (a bucket's memory grows with it)
-CAPTURE_ON_USE = 1  # the use of a bucket that captures it
+CAPTURE_ON_USE = 2  # the use of a bucket that captures it
 
 
 @dataclass
@@ -89,7 +88,7 @@ class AnalysisGraphs:
 
     def release(self) -> int:
         """Drop every graph and its buffers so ``empty_cache`` can return the pool; returns the pool's bytes. Each
-        bucket is captured again on its next use after this."""
+        bucket is captured again on its second use after this."""
         with self._lock:
             released = self._pool_bytes
             self._buckets.clear()

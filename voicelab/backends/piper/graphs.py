@@ -6,8 +6,9 @@ predictor and the duration rounding; ``VitsModel.decode``: flow and HiFi-GAN) ar
 bucket of (rows, length) and replayed with the inputs copied into the bucket's static buffers, padded with
 masked rows and positions (the masks make padding invisible, as in any padded batch; noise is drawn outside at
 each row's own length). A bucket is captured on its first use, timed against the eager stage on the same
-inputs, and **kept only if its replay is faster**; every bucket's sizes, time and memory are reported (the
-panel shows them). All graphs share one memory pool (they never run at the same time). The pool is bounded by
+inputs (the two in turn, ``cuda_graphs.timed_in_turn``), and **kept only if its replay is faster**; every
+bucket's sizes, time and memory are reported (the panel shows them). All graphs share one memory pool (they never
+run at the same time). The pool is bounded by
 ``max_bytes``: a bucket is not captured when the pool's growth per padded element seen so far in its stage predicts
 it would pass the bound (one 16-row decode bucket alone can take gigabytes, so checking only the pool's size before
 each capture let it reach 5.8 GiB on the H200); such shapes, and those past the largest bucket, run eagerly.
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from voicelab.backends.base import GraphBucket
-from voicelab.backends.cuda_graphs import SideStream, bucket_for, capture, device_ms, warm_up
+from voicelab.backends.cuda_graphs import SideStream, bucket_for, capture, timed_in_turn, warm_up
 from voicelab.backends.piper.model import VitsModel
 
 log = logging.getLogger(__name__)
@@ -205,7 +206,6 @@ class VitsGraphs:
         """Warm up on a side stream, time eager, capture, time replays; keep the graph only if it is faster."""
         call = functools.partial(self._stage(stage), *inputs)
         warm_up(call, self._side, times=2)
-        eager_ms = device_ms(call)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         before = torch.cuda.memory_reserved()
@@ -213,7 +213,7 @@ class VitsGraphs:
         grown = max(torch.cuda.memory_reserved() - before, 0)
         self._pool_bytes += grown
         self._unit_bytes[stage] = max(self._unit_bytes.get(stage, 0.0), grown / (rows * length))
-        graph_ms = device_ms(graph.replay)
+        eager_ms, graph_ms = timed_in_turn(call, graph.replay)
         kept = graph_ms < eager_ms
         report = GraphBucket(stage, rows, length, grown, eager_ms, graph_ms, kept)
         log.info(
