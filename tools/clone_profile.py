@@ -43,17 +43,24 @@ def timed_requests(core: EngineCore, prompt: PromptAudio | None, runs: int) -> s
     return f"p50 {p50:.1f} ms, p95 {p95:.1f}, max {max(times):.1f}; chunks per request {sorted(chunks)}"
 
 
+def warmed_engine(device: str) -> tuple[EngineCore, PromptAudio]:
+    """An engine on ``device`` and the throughput bench's prompt, warmed as both clone tools measure it: the
+    prompt's profile, the allocator, each graph bucket's second use (plain and cloned requests, twice)."""
+    core = EngineCore(replace(from_environment(), device=device))
+    prompt = load_prompt(DEFAULT_PROMPT)
+    for voice in (None, prompt, None, prompt):
+        timed_requests(core, voice, 4)
+    return core, prompt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.clone_profile", description=__doc__.split("\n\n")[1])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--top", type=int, default=40, help="rows of the profile, by cumulative and by own time")
     args = parser.parse_args(argv)
-    core = EngineCore(replace(from_environment(), device=args.device))
-    prompt = load_prompt(DEFAULT_PROMPT)
+    core, prompt = warmed_engine(args.device)
     try:
-        for voice in (None, prompt, None, prompt):  # warm-up: the profile, the allocator, the graphs' second use
-            timed_requests(core, voice, 4)
         print(f"{args.device}, renderer {core.voice.renderer}, {args.runs} requests of two sentences each")
         print("plain:  " + timed_requests(core, None, args.runs))
         print("cloned: " + timed_requests(core, prompt, args.runs))

@@ -20,17 +20,16 @@ import functools
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from tools.clone_profile import warmed_engine
 from voicelab.bench.first_byte import nearest_rank
-from voicelab.bench.throughput import DEFAULT_PROMPT, request_text
+from voicelab.bench.throughput import request_text
 from voicelab.engine.core import EngineCore
 from voicelab.engine.messages import SynthesisRequest
-from voicelab.settings import from_environment
-from voicelab.voice.intake import load_prompt
 from voicelab.voice.prompt import PromptAudio
 
 
@@ -147,16 +146,14 @@ def traced_requests(core: EngineCore, prompt: PromptAudio, runs: int) -> list[di
             ledger.sync()
             total = 1e3 * (time.perf_counter() - started)
             timed = sum(v for k, v in ledger.current.items() if not k.startswith(" ") and k != "captures")
-            rows.append(
-                ledger.current
-                | {"total": total, "rest": total - timed, "chunks": result.chunks, "audio s": len(result.audio) / 22050}
-            )
+            audio_s = len(result.audio) / result.sample_rate
+            figures = {"total": total, "rest": total - timed, "chunks": result.chunks, "audio s": audio_s}
+            rows.append(ledger.current | figures)
     return rows
 
 
 def print_stages(rows: list[dict[str, float]]) -> None:
-    stages = ["total", "audio s", "chunks", "synthesis (backend)", "render", "  analysis", "  synthesis"]
-    stages += [s for _, _, s in WRAPPED[3:]] + ["rest", "captures"]
+    stages = ["total", "audio s", "chunks", "synthesis (backend)", *(s for _, _, s in WRAPPED), "rest", "captures"]
     print("| " + " | ".join(stages) + " |\n|" + "---|" * len(stages))
     for row in sorted(rows, key=lambda r: r["total"]):
         print("| " + " | ".join(f"{row.get(s, 0.0):.1f}" for s in stages) + " |")
@@ -191,12 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--kernels", type=int, default=0, help="requests profiled by torch.profiler (CUDA only)")
     args = parser.parse_args(argv)
-    core = EngineCore(replace(from_environment(), device=args.device))
-    prompt = load_prompt(DEFAULT_PROMPT)
+    core, prompt = warmed_engine(args.device)
     try:
-        for voice in (None, prompt, None, prompt):  # warm-up: the profile, the allocator, the graphs' second use
-            for r in range(4):
-                core.run(SynthesisRequest(request_text(0, r, 2), seed=r, prompt=voice))
         print(f"{args.device}, renderer {core.voice.renderer}, {args.runs} cloned requests of two sentences each")
         print_stages(traced_requests(core, prompt, args.runs))
         if args.kernels and args.device.startswith("cuda"):

@@ -73,7 +73,8 @@ class CloneScorer:
         """On a GPU, once per rate and kind of job: every shape the scoring of one job up to ``WARM_SECONDS`` can
         take (both encoders' and the pitch tracker's, on their ladders: ``voice.shapes``) run on silence, so no
         request pays for building a plan. On an H100 a scored request that met a new shape took 10-50 ms longer
-        (docs/benchmarks.md); this costs the first prompted request about a second instead."""
+        (docs/benchmarks.md); the first prompted request pays for it instead, once (its time is logged, not yet measured
+        on a GPU)."""
         pieces = 2 if matched else 1  # output and unmatched draft, or the output alone
         if not self.device.startswith("cuda") or (sample_rate, pieces) in self._warmed:
             return

@@ -7,11 +7,12 @@ frames): frames on a ladder ~25 % apart up to 12 s, rows 1, 2, 4 or 8.
 
 A bucket is captured the second time a batch needs it, on that batch: a shape seen once stays eager (and capturing
 every bucket at load, on a synthetic buzz, broke a later cuFFT call on the H200). It is timed against one eager
-analysis (the warm-up's run made its plans; three timed runs were half of a capture's ~60 ms on an H100) and kept
-only if its replay is faster. Padding rows repeat the first row; padding frames lie past every
-row's end, are never read, and are cut from the outputs, so a replayed analysis equals the eager one. All graphs
-share one memory pool (they never run at the same time), bounded by ``max_bytes``; the engine counts each bucket as
-a holder of memory (not a leak), and the panel lists them with their memory and times, as it does Piper's."""
+analysis (the warm-up's run made its plans; an eager analysis takes 13-16 ms, so three timed runs were most of a
+capture's 54-65 ms on an H100) and kept only if its replay is faster. Padding rows repeat the first row; padding
+frames lie past every row's end, are never read, and are cut from the outputs, so a replayed analysis equals the
+eager one. All graphs share one memory pool (they never run at the same time), bounded by ``max_bytes``; the engine
+counts each bucket as a holder of memory (not a leak), and the panel lists them with their memory and times, as it
+does Piper's."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import itertools
 import math
 from collections.abc import Iterator
 
-LADDER_RATIO = 1.25  # as ``pulse_graphs.FRAME_LADDER``: at most a quarter of a batch is padding
+LADDER_RATIO = 1.25  # each rung about a quarter above the last, as ``pulse_graphs.FRAME_LADDER``
 
 
 def rounded_up(n: int, step: int) -> int:
