@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 from voicelab.engine.messages import AllocatorStats
 from voicelab.telemetry.host import HostSampler
 from voicelab.telemetry.nvml import NO_GPU, NvmlSampler
-from voicelab.telemetry.sampler import TelemetrySampler
+from voicelab.telemetry.sampler import TelemetrySampler, next_tick
 from voicelab.telemetry.samples import EngineState
 
 GiB = 1024**3
@@ -60,22 +59,34 @@ def test_without_nvml_the_sampler_says_no_nvidia_gpu() -> None:
 
 @pytest.mark.skipif(has_nvml_gpu(), reason="this machine has an NVIDIA GPU")
 def test_sampler_produces_a_sample_about_every_second_without_nvml() -> None:
-    sampler = TelemetrySampler(NvmlSampler(), HostSampler(), lambda: EngineState(queue_length=2, job_in_flight="j1"))
+    sampler = TelemetrySampler(
+        NvmlSampler(), HostSampler(), lambda: EngineState(queue_length=2, job_in_flight="j1"), clock=time.monotonic
+    )
     assert sampler.nvml_note == NO_GPU
     sampler.start()
     try:
-        time.sleep(2.4)
+        deadline = time.monotonic() + 15.0  # a loaded CI machine may run the thread late, never early
+        while len(sampler.ring) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         sampler.stop()
     assert not sampler.running
     samples = sampler.ring.samples()
-    assert len(samples) == 3
-    gaps = [b.timestamp - a.timestamp for a, b in itertools.pairwise(samples)]
-    assert all(0.85 < gap < 1.15 for gap in gaps), gaps
+    assert len(samples) >= 3
+    first = samples[0].timestamp
+    offsets = [sample.timestamp - first for sample in samples]
+    # never early (how late depends on the machine's load; the grid itself is checked without threads below)
+    assert all(offset > k - 0.05 for k, offset in enumerate(offsets)), offsets
     latest = samples[-1]
     assert latest.nvml is None and latest.nvml_note == NO_GPU
     assert latest.host.ui_rss > 0
     assert (latest.queue_length, latest.job_in_flight) == (2, "j1")
+
+
+def test_the_cadence_stays_on_its_grid_and_restarts_after_a_stall() -> None:
+    assert next_tick(10.0, 10.02, 1.0) == (11.0, pytest.approx(0.98))  # an ordinary sample
+    assert next_tick(11.0, 11.7, 1.0) == (12.0, pytest.approx(0.3))  # a slow sample shortens the wait only
+    assert next_tick(12.0, 13.5, 1.0) == (13.5, 0.0)  # a stall restarts the grid instead of bursting
 
 
 def test_allocator_stats_pushed_by_the_client_are_merged_and_dropped_after_a_restart() -> None:

@@ -20,6 +20,19 @@ from voicelab.telemetry.samples import EngineState, JobMarker, MemorySample
 logger = logging.getLogger(__name__)
 
 
+def next_tick(next_due: float, now: float, interval: float) -> tuple[float, float]:
+    """The next due time on a fixed grid and how long to wait for it.
+
+    A slow sample shortens the following wait instead of pushing every later sample back; a machine that fell
+    a whole interval behind (suspended, starved) restarts the grid at ``now`` instead of bursting to catch up.
+    """
+    due = next_due + interval
+    delay = due - now
+    if delay < 0:
+        return now, 0.0
+    return due, delay
+
+
 class TelemetrySampler:
     """Appends a ``MemorySample`` to ``ring`` every ``interval`` seconds on a daemon thread.
 
@@ -97,10 +110,7 @@ class TelemetrySampler:
                 self.sample_once()
             except Exception:  # the panel must keep running whatever one reading does
                 logger.exception("telemetry sample failed")
-            next_due += self.interval
-            delay = next_due - time.monotonic()
-            if delay < 0:  # fell behind (suspended machine): restart the cadence instead of bursting
-                next_due, delay = time.monotonic(), 0.0
+            next_due, delay = next_tick(next_due, time.monotonic(), self.interval)
             self._stop.wait(delay)
 
     def start(self) -> None:
