@@ -3,12 +3,16 @@ with the tone backend so it takes seconds)."""
 
 from __future__ import annotations
 
+import argparse
 import re
+from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
 from voicelab.backends.base import GraphBucket
 from voicelab.bench import throughput
+from voicelab.engine.messages import SynthesisRequest
 
 
 def test_the_benchmark_prints_both_modes_and_ends_with_the_ratio_at_8_clients(
@@ -35,3 +39,36 @@ def test_the_graphs_line_names_every_bucket_a_worker_runs_eagerly() -> None:
     ]
     line = throughput.graphs_line("batched", graphs)
     assert line == "batched    CUDA graphs: 1 of 2 buckets kept; eager: encode 2x64 (6.2 eager, 7.9 replayed)"
+
+
+class RecordingEngine:
+    """An engine client that answers at once and keeps every text it was sent."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def wait_ready(self) -> None:
+        pass
+
+    def allocator_stats(self) -> None:
+        return None
+
+    def submit(self, request: SynthesisRequest) -> SimpleNamespace:
+        self.texts.append(request.text)
+        result = SimpleNamespace(duration_s=1.0, batch_size=1)
+        return SimpleNamespace(chunks=lambda timeout: iter([b"chunk"]), result=lambda timeout: result)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_on_a_gpu_the_warm_up_sends_every_measured_request_twice_so_no_graph_is_captured_while_measuring(
+    device: str,
+) -> None:
+    args = argparse.Namespace(device=device, concurrency=[1, 2], rounds=3, sentences=2)
+    engine = RecordingEngine()
+    throughput.warm_up(engine, args, [("plain", None)])  # type: ignore[arg-type]
+    measured = Counter(throughput.request_text(c, r, 2) for clients in (1, 2) for c in range(clients) for r in range(3))
+    warmed = Counter(engine.texts)
+    if device == "cuda":  # a bucket is captured on its second use: each measured text has had two before
+        assert all(warmed[text] >= 2 * count for text, count in measured.items())
+    else:  # a CPU captures nothing: one round at the largest concurrency makes the profile and the allocator's blocks
+        assert len(engine.texts) == 2
