@@ -98,7 +98,8 @@ def test_full_queue_says_busy_at_once(studio: Studio, client: EngineClient) -> N
     started = time.monotonic()
     with pytest.raises(gr.Error) as caught:
         speak(studio, "one too many", *DEFAULTS)
-    assert time.monotonic() - started < 0.5
+    # at once: while the 1.5 s job still runs (a loaded machine may be slow to answer, never that slow)
+    assert not running.done() and time.monotonic() - started < 1.2
     assert caught.value.message.startswith("The engine is busy: 1 jobs are already waiting.")
     running.result(30), waiting.result(30)
 
