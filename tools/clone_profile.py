@@ -11,12 +11,13 @@ at the calls that read results back (``.cpu()``, ``.tolist()``), and a launch-bo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import functools
 import io
 import pstats
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 import torch
@@ -43,24 +44,34 @@ def timed_requests(core: EngineCore, prompt: PromptAudio | None, runs: int) -> s
     return f"p50 {p50:.1f} ms, p95 {p95:.1f}, max {max(times):.1f}; chunks per request {sorted(chunks)}"
 
 
-def warmed_engine(device: str) -> tuple[EngineCore, PromptAudio]:
+def clone_tool_parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    """The clone tools' shared arguments: the device and the requests timed."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[1])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--runs", type=int, default=20)
+    return parser
+
+
+@contextlib.contextmanager
+def warmed_engine(device: str) -> Iterator[tuple[EngineCore, PromptAudio]]:
     """An engine on ``device`` and the throughput bench's prompt, warmed as both clone tools measure it: the
-    prompt's profile, the allocator, each graph bucket's second use (plain and cloned requests, twice)."""
+    prompt's profile, the allocator, each graph bucket's second use (plain and cloned requests, twice); the engine
+    is closed afterwards, a failed warm-up included."""
     core = EngineCore(replace(from_environment(), device=device))
-    prompt = load_prompt(DEFAULT_PROMPT)
-    for voice in (None, prompt, None, prompt):
-        timed_requests(core, voice, 4)
-    return core, prompt
+    try:
+        prompt = load_prompt(DEFAULT_PROMPT)
+        for voice in (None, prompt, None, prompt):
+            timed_requests(core, voice, 4)
+        yield core, prompt
+    finally:
+        core.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.clone_profile", description=__doc__.split("\n\n")[1])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--runs", type=int, default=20)
+    parser = clone_tool_parser("python -m tools.clone_profile", __doc__)
     parser.add_argument("--top", type=int, default=40, help="rows of the profile, by cumulative and by own time")
     args = parser.parse_args(argv)
-    core, prompt = warmed_engine(args.device)
-    try:
+    with warmed_engine(args.device) as (core, prompt):
         print(f"{args.device}, renderer {core.voice.renderer}, {args.runs} requests of two sentences each")
         print("plain:  " + timed_requests(core, None, args.runs))
         print("cloned: " + timed_requests(core, prompt, args.runs))
@@ -71,8 +82,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         stats.sort_stats("cumulative").print_stats(args.top)
         stats.sort_stats("tottime").print_stats(args.top)
         print(out.getvalue())
-    finally:
-        core.close()
     return 0
 
 

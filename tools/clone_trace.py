@@ -14,7 +14,6 @@ device idle most of its time), and the ops with the most device time.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import statistics
@@ -25,7 +24,7 @@ from typing import Any
 
 import torch
 
-from tools.clone_profile import warmed_engine
+from tools.clone_profile import clone_tool_parser, warmed_engine
 from voicelab.bench.first_byte import nearest_rank
 from voicelab.bench.throughput import request_text
 from voicelab.engine.core import EngineCore
@@ -183,19 +182,14 @@ def print_kernels(core: EngineCore, prompt: PromptAudio, runs: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.clone_trace", description=__doc__.split("\n\n")[1])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--runs", type=int, default=20)
+    parser = clone_tool_parser("python -m tools.clone_trace", __doc__)
     parser.add_argument("--kernels", type=int, default=0, help="requests profiled by torch.profiler (CUDA only)")
     args = parser.parse_args(argv)
-    core, prompt = warmed_engine(args.device)
-    try:
+    with warmed_engine(args.device) as (core, prompt):
         print(f"{args.device}, renderer {core.voice.renderer}, {args.runs} cloned requests of two sentences each")
         print_stages(traced_requests(core, prompt, args.runs))
         if args.kernels and args.device.startswith("cuda"):
             print_kernels(core, prompt, args.kernels)
-    finally:
-        core.close()
     return 0
 
 
