@@ -79,8 +79,9 @@ class CloneScorer:
         if not self.device.startswith("cuda") or (sample_rate, pieces) in self._warmed:
             return
         self._warmed.add((sample_rate, pieces))
-        started, limit = time.perf_counter(), int(WARM_SECONDS * ENCODER_RATE)
-        shapes = len(self.judge.warm_shapes(limit, pieces)) + len(matcher.encoder.warm_shapes(limit, pieces))
+        started = time.perf_counter()
+        shapes = len(self.judge.warm_shapes(int(WARM_SECONDS * JUDGE_RATE), pieces))
+        shapes += len(matcher.encoder.warm_shapes(int(WARM_SECONDS * ENCODER_RATE), pieces))
         shapes += len(warm_f0_shapes(sample_rate, int(WARM_SECONDS * sample_rate), self.device))
         log.info("scoring shapes warmed: %d in %.2f s", shapes, time.perf_counter() - started)
 
