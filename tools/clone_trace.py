@@ -1,15 +1,16 @@
 """Where each cached cloned request's time goes inside the engine, request by request, and what the device did.
 
-    python -m tools.clone_trace [--device cuda] [--runs 20] [--kernels 6]
+    python -m tools.clone_trace [--device cuda] [--runs 20] [--kernels 6] [--sentences 2]
 
-``clone_stages`` times each stage alone on one sentence and ``clone_profile`` gives cProfile's host view; this
-runs whole cloned requests through ``EngineCore`` (the throughput bench's two-sentence texts and prompt, after
-warm-up) with the calls a cloned request makes wrapped and timed, the device synchronised around each: the
-backend's chunks, the renderer (its analysis and its synthesis inside it), the scoring (resampling, GE2E, ECAPA,
-the output's F0) and the style check. It prints every request sorted by latency, so the tail shows which stage
-grew, then p50 / p95 per stage. ``--kernels N`` then profiles N unwrapped requests with ``torch.profiler``: CUDA
-kernels launched and the device's busy time per request against its wall time (a launch-bound request keeps the
-device idle most of its time), and the ops with the most device time.
+``clone_stages`` times each stage alone on one sentence and ``clone_profile`` gives cProfile's host view; this runs
+whole cloned requests through ``EngineCore`` (the throughput bench's two-sentence texts and prompt, after warm-up)
+with the calls a cloned request makes wrapped and timed, the device synchronised around each: the backend's chunks,
+the renderer (its analysis and its synthesis inside it), the scoring (resampling, GE2E, ECAPA, the output's F0) and
+the style check; ``--sentences 6`` traces requests of about 20 s, the soak's longest (the warm-up's two-sentence
+requests leave their shapes to be met in the trace). It prints every request sorted by latency, so the tail shows
+which stage grew, then p50 / p95 per stage. ``--kernels N`` then profiles N unwrapped requests with
+``torch.profiler``: CUDA kernels launched and the device's busy time per request against its wall time (a launch-
+bound request keeps the device idle most of its time), and the ops with the most device time.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def wrapped(ledger: Ledger, core: EngineCore) -> Iterator[None]:
             setattr(owner, name, original)
 
 
-def traced_requests(core: EngineCore, prompt: PromptAudio, runs: int) -> list[dict[str, float]]:
+def traced_requests(core: EngineCore, prompt: PromptAudio, runs: int, sentences: int = 2) -> list[dict[str, float]]:
     """``runs`` cloned requests with their stages: each a dict of stage -> ms, plus ``total`` and ``chunks``."""
     ledger = Ledger(core.device)
     rows = []
@@ -141,7 +142,7 @@ def traced_requests(core: EngineCore, prompt: PromptAudio, runs: int) -> list[di
             ledger.current = {}
             ledger.sync()
             started = time.perf_counter()
-            result = core.run(SynthesisRequest(request_text(0, r, 2), seed=r, prompt=prompt))
+            result = core.run(SynthesisRequest(request_text(0, r, sentences), seed=r, prompt=prompt))
             ledger.sync()
             total = 1e3 * (time.perf_counter() - started)
             timed = sum(v for k, v in ledger.current.items() if not k.startswith(" ") and k != "captures")
@@ -184,10 +185,12 @@ def print_kernels(core: EngineCore, prompt: PromptAudio, runs: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = clone_tool_parser("python -m tools.clone_trace", __doc__)
     parser.add_argument("--kernels", type=int, default=0, help="requests profiled by torch.profiler (CUDA only)")
+    parser.add_argument("--sentences", type=int, default=2, help="sentences per traced request")
     args = parser.parse_args(argv)
     with warmed_engine(args.device) as (core, prompt):
-        print(f"{args.device}, renderer {core.voice.renderer}, {args.runs} cloned requests of two sentences each")
-        print_stages(traced_requests(core, prompt, args.runs))
+        what = f"{args.runs} cloned requests of {args.sentences} sentences each"
+        print(f"{args.device}, renderer {core.voice.renderer}, {what}")
+        print_stages(traced_requests(core, prompt, args.runs, args.sentences))
         if args.kernels and args.device.startswith("cuda"):
             print_kernels(core, prompt, args.kernels)
     return 0

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from voicelab.bench.soak_report import SoakResult, Window, print_report
+from voicelab.bench.soak_report import SoakResult, TimedRequest, Window, print_report
 
 # CosyVoice's soak and throughput are one run beside upstream's webui (``bench cosyvoice``), not these benchmarks'
 COSYVOICE_ELSEWHERE = (
@@ -160,6 +160,7 @@ class _Run:
     device: str
     nvml: Any
     latencies: list[float] = field(default_factory=list)
+    requests: list[TimedRequest] = field(default_factory=list)
 
 
 def _window(run: _Run, end: int, size: int) -> Window:
@@ -214,11 +215,13 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
         started = time.perf_counter()
         service.generate(GenerationRequest(item.text, seed=index, prompt=prompt))  # results are on the host
         run.latencies.append(time.perf_counter() - started)
+        run.requests.append(TimedRequest(index, len(item.text), prompt is not None, run.latencies[-1]))
         if index % args.window == 0 or index == args.requests:
             conn.send(("window", _window(run, index, args.window)))
     if args.long_chars and (args.naive_long or not naive):
         _long_job(run, service, args.long_chars, clean=not naive, conn=conn)
     client.close()
+    conn.send(("requests", run.requests))
     conn.send(("done", None))
 
 
@@ -253,6 +256,8 @@ def _run_in_process(naive: bool, args: argparse.Namespace) -> SoakResult:
             break
         if kind == "lengths":
             result.distinct_lengths = payload
+        elif kind == "requests":
+            result.requests = payload
         elif kind == "long":
             result.long_chars, result.long_s, result.long_peak_rss, result.long_rss, result.clean_rss = payload
         else:

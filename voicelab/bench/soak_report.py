@@ -33,12 +33,23 @@ class Window:
         )
 
 
+@dataclass(frozen=True)
+class TimedRequest:
+    """One request of the soak: its place, its text's length, whether a prompt voice went with it, its time."""
+
+    index: int
+    chars: int
+    prompted: bool
+    seconds: float
+
+
 @dataclass
 class SoakResult:
-    """One mode's run: its windows, how many text lengths it saw, and the long job after it."""
+    """One mode's run: its windows, how many text lengths it saw, its requests' times, and the long job after it."""
 
     label: str
     windows: list[Window] = field(default_factory=list)
+    requests: list[TimedRequest] = field(default_factory=list)
     distinct_lengths: int = 0
     long_chars: int = 0
     long_s: float = 0.0
@@ -127,12 +138,34 @@ def print_windows(result: SoakResult) -> None:
             f"{w.end:>8} {w.p50_s:>7.3f} {w.p95_s:>7.3f} {_mib(w.allocated):>10} {_mib(w.reserved):>12} "
             f"{w.fragmentation:>6.2f} {_mib(w.nvml_used):>9} {_mib(w.rss):>8}"
         )
+    print("\n".join(tail_lines(result, after=result.windows[0].end if result.windows else 0)))
     if result.long_chars:
         print(
             f"long job: {result.long_chars} characters in {result.long_s:.1f} s; peak RSS during it "
             f"{_mib(result.long_peak_rss)} MiB, after it {_mib(result.long_rss)} MiB, "
             f"after Clean cache {_mib(result.clean_rss)} MiB"
         )
+
+
+def tail_lines(result: SoakResult, after: int, count: int = 8) -> list[str]:
+    """What sets the p95 after the warm-up (requests past ``after``): p95 of the plain and the prompted requests
+    apart, and the ``count`` slowest requests with their length and kind."""
+    import numpy as np
+
+    later = [r for r in result.requests if r.index > after]
+    if not later:
+        return []
+    lines = [f"after request {after}:"]
+    for name, prompted in (("plain", False), ("with a prompt voice", True)):
+        times = [r.seconds for r in later if r.prompted == prompted]
+        if times:
+            p50, p95 = np.percentile(times, 50), np.percentile(times, 95)
+            lines.append(f"  {name}: {len(times)} requests, p50 {p50:.3f}s  p95 {p95:.3f}s  max {max(times):.3f}s")
+    slowest = sorted(later, key=lambda r: r.seconds, reverse=True)[:count]
+    lines.append("  slowest: " + ", ".join(
+        f"#{r.index} {r.chars} chars{' +prompt' if r.prompted else ''} {r.seconds:.3f}s" for r in slowest
+    ))  # fmt: skip
+    return lines
 
 
 def summary(result: SoakResult) -> dict[str, str]:
