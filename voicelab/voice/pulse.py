@@ -240,11 +240,7 @@ def _dc_remover(fft_size: int, device: torch.device) -> torch.Tensor:
 
 def _aperiodic(spectrum: torch.Tensor, ratio: torch.Tensor, p: Pulses, fft_size: int, seed: int) -> torch.Tensor:
     """A period of zero-mean white noise per pulse through the aperiodic minimum-phase filter (P, fft_size)."""
-    noise = torch.zeros(len(p.sample), fft_size, device=spectrum.device)
-    for row in p.row[p.real].unique().tolist():  # each row its own draw: a batch equals each row alone
-        generator = torch.Generator(device=spectrum.device).manual_seed(seed + 17)
-        chosen = (p.row == row) & p.real
-        noise[chosen] = torch.randn(int(chosen.sum()), fft_size, generator=generator, device=spectrum.device)
+    noise = _row_noise(p, fft_size, seed, spectrum.device)
     inside = torch.arange(fft_size, device=spectrum.device) < p.period.unsqueeze(-1)
     noise = torch.where(inside, noise, torch.zeros_like(noise))
     mean = noise.sum(-1, keepdim=True) / p.period.clamp_min(1).unsqueeze(-1)
@@ -252,3 +248,16 @@ def _aperiodic(spectrum: torch.Tensor, ratio: torch.Tensor, p: Pulses, fft_size:
     share = torch.where(p.voiced.unsqueeze(-1), ratio, torch.ones_like(ratio))
     h = minimum_phase(0.5 * torch.log(spectrum * share + _GUARD), fft_size)
     return torch.fft.fftshift(torch.fft.irfft(h * torch.fft.rfft(noise, fft_size), fft_size), dim=-1)
+
+
+def _row_noise(p: Pulses, fft_size: int, seed: int, device: torch.device) -> torch.Tensor:
+    """White noise (P, fft_size): each row's real pulses their own draw from ``seed``, so a row in a batch gets what
+    it gets alone; silent pulses get zeros. Pulses come sorted by row (``pulse_times``), so the draws are laid end
+    to end, from one read of the counts (a loop over rows read the device twice a row)."""
+    counts = torch.bincount(p.row[p.real]).tolist()
+    draws = [
+        torch.randn(count, fft_size, generator=torch.Generator(device=device).manual_seed(seed + 17), device=device)
+        for count in counts
+    ]
+    spare = torch.zeros(len(p.sample) - sum(counts), fft_size, device=device)
+    return torch.cat([*draws, spare])
