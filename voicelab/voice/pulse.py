@@ -144,10 +144,11 @@ class Pulses:
     real: torch.Tensor
 
 
-def pulse_times(f0: torch.Tensor, lengths: torch.Tensor, hop: int, sr: int) -> Pulses:
+def pulse_times(f0: torch.Tensor, lengths: torch.Tensor, hop: int, sr: int, n: int | None = None) -> Pulses:
     """One pulse per cycle of the F0 track (B, T) interpolated per sample; 500 Hz where unvoiced. Each row stops at
-    its own length and its own last frame, so a row in a padded batch gets the pulses it gets alone."""
-    n = int(lengths.max())
+    its own length and its own last frame, so a row in a padded batch gets the pulses it gets alone; ``n`` is the
+    longest row's length where the caller has read it already."""
+    n = n or int(lengths.max())
     low, high, frac = _frame_pair(torch.arange(n, device=f0.device).expand(f0.shape[0], n), lengths, hop)
     track = f0.double()
     voicing = (track > 0).double()
@@ -203,7 +204,7 @@ def synthesise(features: PulseFeatures, f0: torch.Tensor, envelope: torch.Tensor
     fft_size = 2 * (envelope.shape[-1] - 1)
     b, n = f0.shape[0], int(features.lengths.max())
     f0 = torch.where(f0 < sr / fft_size + 1.0, torch.zeros_like(f0), f0)
-    p = pulse_times(f0, features.lengths, hop, sr)
+    p = pulse_times(f0, features.lengths, hop, sr, n)
     spectrum = _at_pulses(envelope, p, features.lengths, hop)
     ratio = _at_pulses(features.aperiodicity, p, features.lengths, hop).clamp(*_SAFE_APERIODICITY).square()
     responses = _periodic(spectrum, ratio, p, fft_size) * p.period.float().sqrt().unsqueeze(-1)
