@@ -290,6 +290,30 @@ def test_cuda_embeddings_equal_the_cpu_ones(judge: EcapaJudge, clips16k: dict[st
     gpu.unload()
 
 
+@pytest.mark.gpu
+@ECAPA
+def test_cuda_graphs_replay_the_judges_batches_as_eager_runs_them(clips16k: dict[str, np.ndarray]) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    graphed, eager = EcapaJudge("cuda:0"), EcapaJudge("cuda:0", cuda_graphs=False)
+    awb = clips16k["arctic_awb_en_male"]
+    pair = [awb[: int(3.1 * JUDGE_RATE)], awb[: int(2.2 * JUDGE_RATE)]]
+    shorter = [awb[: int(2.9 * JUDGE_RATE)], awb[: int(1.0 * JUDGE_RATE)]]  # the same rung: 3.5 s
+    for _ in range(3):  # seen once: eager; twice: captured, then replayed
+        replayed = graphed.raw_embeddings(pair).cpu()
+    assert graphed.graphs is not None
+    (report,) = graphed.graphs.reports()
+    assert (report.stage, report.rows, report.length) == (ecapa.GRAPH_STAGE, 2, 7 * ecapa.WIDTH_STEP)
+    assert report.kept and 0 < report.graph_ms < report.eager_ms and report.bytes > 0
+    replayed_shorter = graphed.raw_embeddings(shorter).cpu()  # the same graph, other lengths inside it
+    assert len(graphed.graphs.reports()) == 1
+    for ours, theirs in ((replayed, eager.raw_embeddings(pair)), (replayed_shorter, eager.raw_embeddings(shorter))):
+        for row in range(2):
+            assert cosine(ours[row], theirs[row].cpu()) >= TIGHT
+    graphed.unload()
+    assert graphed.graphs.reports() == ()
+
+
 def test_batches_run_at_recurring_widths_and_the_padding_moves_no_embedding(
     judge: EcapaJudge, clips16k: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:

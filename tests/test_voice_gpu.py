@@ -18,7 +18,7 @@ from tests.gpu_needs import BUILTIN_ON_GPU, ECAPA, ENGLISH_VOICE, GE2E, needs
 from voicelab.engine.core import EngineCore
 from voicelab.engine.messages import SynthesisRequest
 from voicelab.settings import Settings
-from voicelab.voice import pulse
+from voicelab.voice import encoder, pulse
 from voicelab.voice.analysis import f0_median_hz, ltas_db, resample
 from voicelab.voice.dsp import VoiceTransform, apply_transform, apply_transforms
 from voicelab.voice.encoder import SpeakerEncoder
@@ -97,6 +97,22 @@ def test_scoring_on_cuda_equals_the_cpu(speech: tuple[np.ndarray, int]) -> None:
     for a, b in zip(cpu, gpu, strict=True):
         assert b.device.type == "cuda"
         assert float(torch.dot(a, b.cpu())) > 0.999
+
+
+@GE2E
+def test_the_encoders_lstm_batches_replay_from_cuda_graphs_as_eager_runs_them(speech: tuple[np.ndarray, int]) -> None:
+    audio, _ = speech
+    pieces = [audio, audio[: len(audio) // 2]]
+    eager = SpeakerEncoder("cuda", cuda_graphs=False).embed_batch(pieces)
+    graphed = SpeakerEncoder("cuda")
+    for _ in range(3):  # seen once: eager; twice: captured, then replayed
+        replayed = graphed.embed_batch(pieces)
+    assert graphed.graphs is not None
+    (report,) = graphed.graphs.reports()
+    assert (report.stage, report.length, report.kept) == (encoder.GRAPH_STAGE, encoder.PARTIAL_FRAMES, True)
+    assert report.rows % encoder.PARTIAL_STEP == 0 and 0 < report.graph_ms < report.eager_ms
+    for a, b in zip(eager, replayed, strict=True):
+        assert float(torch.dot(a, b)) > 0.99999
 
 
 def test_the_scorers_resampling_on_cuda_equals_scipys(speech: tuple[np.ndarray, int]) -> None:

@@ -71,7 +71,7 @@ WRAPPED = (
     ("voicelab.engine.voicing:VoiceStage", "plan", "plan"),
     ("voicelab.engine.voicing:VoiceStage", "style_check", "style check"),
 )
-COUNTED = (("voicelab.voice.pulse_graphs:AnalysisGraphs", "_capture", "captures"),)
+COUNTED = (("voicelab.backends.shape_graphs:ShapeGraphs", "_capture", "captures"),)  # analysis and encoders
 
 
 def _owner(path: str) -> Any:

@@ -59,9 +59,9 @@ class Scored:
 class CloneScorer:
     """Scores jobs with both encoders; not thread-safe by itself (``VoiceStage`` serialises its callers)."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, cuda_graphs: bool = True) -> None:
         self.device = device
-        self.judge = EcapaJudge(device)
+        self.judge = EcapaJudge(device, cuda_graphs=cuda_graphs)
         self._warmed: set[tuple[int, int]] = set()  # (sample rate, pieces a job scores) already warmed
 
     def with_judge_embedding(self, profile: SpeakerProfile, prompt: PromptAudio) -> SpeakerProfile:

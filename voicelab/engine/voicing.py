@@ -18,6 +18,7 @@ from typing import TypeVar
 import numpy as np
 
 from voicelab.backends.base import Capabilities, GraphBucket, SpeechRequest
+from voicelab.backends.shape_graphs import ShapeGraphs
 from voicelab.engine.calibration import (
     HELD_OUT_TEXTS,
     Calibrate,
@@ -146,7 +147,8 @@ class VoiceStage:
         self.renderer = resolve_renderer(renderer, device)
         self.cache = ProfileCache(cache_capacity)
         self._matcher: VoiceMatcher | None = None
-        self.scorer = CloneScorer(device)
+        self.cuda_graphs = cuda_graphs  # the scoring's encoders replay their batches too (``shape_graphs``)
+        self.scorer = CloneScorer(device, cuda_graphs)
         self._neutral = NeutralVoices(device)
         graphs = cuda_graphs and device.startswith("cuda") and self.renderer == "pulse"
         self.graphs = AnalysisGraphs() if graphs else None  # the pulse renderer's analysis (``pulse_graphs``)
@@ -155,7 +157,8 @@ class VoiceStage:
     @property
     def matcher(self) -> VoiceMatcher:
         if self._matcher is None:
-            self._matcher = VoiceMatcher(SpeakerEncoder(self.device), renderer=self.renderer)
+            encoder = SpeakerEncoder(self.device, cuda_graphs=self.cuda_graphs)
+            self._matcher = VoiceMatcher(encoder, renderer=self.renderer)
         return self._matcher
 
     @_serialised
@@ -371,17 +374,24 @@ class VoiceStage:
         self.cache.clear()
 
     def graph_buckets(self) -> tuple[GraphBucket, ...]:
-        """The renderer's CUDA graph buckets (the panel lists them beside the backend's)."""
-        return self.graphs.reports() if self.graphs is not None else ()
+        """The CUDA graph buckets of the renderer's analysis and the scoring's two encoders (the panel lists them
+        beside the backend's)."""
+        return tuple(bucket for graphs in self._graph_sets() for bucket in graphs.reports())
 
     def release_graphs(self) -> int:
-        """Drop the renderer's CUDA graphs (Clean cache); returns their pool's bytes."""
-        return self.graphs.release() if self.graphs is not None else 0
+        """Drop the renderer's and the encoders' CUDA graphs (Clean cache); returns their pools' bytes."""
+        return sum(graphs.release() for graphs in self._graph_sets())
+
+    def _graph_sets(self) -> list[AnalysisGraphs | ShapeGraphs]:
+        matcher = self._matcher  # read once: ``unload`` may drop it from another thread
+        encoder_graphs = matcher.encoder.graphs if matcher is not None else None
+        sets = (self.graphs, self.scorer.judge.graphs, encoder_graphs)
+        return [graphs for graphs in sets if graphs is not None]
 
     @_serialised
     def unload(self) -> None:
+        self.release_graphs()  # before the models they read go
         self.cache.clear()
         self._neutral.clear()
         self._matcher = None
         self.scorer.unload()
-        self.release_graphs()

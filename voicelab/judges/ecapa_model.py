@@ -100,11 +100,13 @@ def sentence_mean_norm(feats: torch.Tensor, counts: torch.Tensor) -> torch.Tenso
 class Frames:
     """Each row's valid frames in a padded batch: the mask for averages, the reflection for convolutions."""
 
-    def __init__(self, counts: torch.Tensor, length: int, batch_edges: bool = False) -> None:
+    def __init__(self, counts: torch.Tensor, length: int, batch_edges: bool = False, ragged: bool = False) -> None:
+        """``ragged``: take every row as ending before the batch's edge without reading ``counts`` on the host
+        (the gather reflects a full row as the plain pad does), so a CUDA graph can hold the call."""
         self.counts = counts
         self.length = length
         self.mask = valid_mask(counts, length)[:, None, :]  # (batch, 1, frames)
-        self.uniform = batch_edges or bool((counts == length).all())
+        self.uniform = batch_edges or (not ragged and bool((counts == length).all()))
         self._index: dict[int, torch.Tensor] = {}
 
     def pad(self, x: torch.Tensor, pad: int) -> torch.Tensor:
@@ -277,11 +279,12 @@ class EcapaEncoder(nn.Module):
         self.fbank = Fbank(dims.n_mels)
         self.embedding_model = EcapaTdnn(dims)
 
-    def forward(self, wavs: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
-        """(batch, samples) zero-padded + (batch,) each row's length -> (batch, embedding), rows as if alone."""
+    def forward(self, wavs: torch.Tensor, samples: torch.Tensor, ragged: bool = False) -> torch.Tensor:
+        """(batch, samples) zero-padded + (batch,) each row's length -> (batch, embedding), rows as if alone;
+        ``ragged`` as ``Frames``'s (nothing read on the host: the call can be captured)."""
         counts = frame_counts(samples)
         feats = sentence_mean_norm(self.fbank(wavs, counts), counts)  # (batch, frames, n_mels)
-        out: torch.Tensor = self.embedding_model(feats, Frames(counts, feats.shape[1]))
+        out: torch.Tensor = self.embedding_model(feats, Frames(counts, feats.shape[1], ragged=ragged))
         return out
 
 

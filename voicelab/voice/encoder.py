@@ -20,6 +20,7 @@ from scipy.ndimage import binary_dilation
 from torch import nn
 from torch.nn import functional as F
 
+from voicelab.backends.shape_graphs import ShapeGraphs
 from voicelab.errors import BackendLoadError
 from voicelab.voice.analysis import active_frames, frame_levels_db
 from voicelab.voice.shapes import ladder, on_ladder
@@ -42,6 +43,8 @@ VAD_MAX_SILENCE = 6
 FRAME_STEP = 64
 PARTIAL_STEP = 8
 _TRAINING_ONLY_KEYS = ("similarity_weight", "similarity_bias")
+GRAPH_STAGE = "GE2E encoder"
+GRAPH_BYTES = 256 << 20  # the LSTM's graph pool: its activations for 96 partials are ~50 MiB
 
 
 def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
@@ -159,7 +162,7 @@ def _load_state(path: Path) -> dict[str, torch.Tensor]:
 class SpeakerEncoder:
     """Speaker embeddings on ``device``; one instance per worker, no global state."""
 
-    def __init__(self, device: str | torch.device = "cpu", path: Path | None = None) -> None:
+    def __init__(self, device: str | torch.device = "cpu", path: Path | None = None, cuda_graphs: bool = True) -> None:
         self.device = torch.device(device)
         self.model = GE2E()
         state = _load_state(path or weights_path())
@@ -174,6 +177,10 @@ class SpeakerEncoder:
         self.model.to(self.device).eval()
         self._window = torch.hann_window(N_FFT, periodic=True, device=self.device)
         self.rounds_shapes = self.device.type == "cuda"  # for cuDNN's and cuFFT's plans; on a CPU it is only work
+        # On a GPU each LSTM batch (rows on ``PARTIAL_STEP``'s ladder) is replayed from a CUDA graph once it has come
+        # twice: the LSTM launches per step and layer
+        graphed = cuda_graphs and self.rounds_shapes
+        self.graphs = ShapeGraphs(GRAPH_STAGE, GRAPH_BYTES, timing_runs=2) if graphed else None
         self._filters = torch.from_numpy(mel_filterbank(SAMPLE_RATE, N_FFT, N_MELS)).to(self.device)
 
     def mel(self, wav: torch.Tensor) -> torch.Tensor:
@@ -200,12 +207,21 @@ class SpeakerEncoder:
             rows = on_ladder(len(partials), PARTIAL_STEP) if self.rounds_shapes else len(partials)
             batch = mels.new_zeros(rows, PARTIAL_FRAMES, N_MELS)
             batch[: len(partials)] = torch.stack(partials)
-            embedded = self.model(batch)[: len(partials)]
+            embedded = self._embedded(batch)[: len(partials)]
             out = []
             for chunk in torch.split(embedded, [len(slices) for _, slices in prepared]):
                 mean = chunk.mean(dim=0)
                 out.append(mean / torch.linalg.vector_norm(mean).clamp_min(1e-12))
             return out
+
+    def _embedded(self, batch: torch.Tensor) -> torch.Tensor:
+        """``model(batch)``, replayed where its rows have a graph."""
+        if self.graphs is not None:
+            replayed = self.graphs.replayed((len(batch), PARTIAL_FRAMES), self.model, (batch,), torch.Tensor.clone)
+            if replayed is not None:
+                return replayed
+        out: torch.Tensor = self.model(batch)
+        return out
 
     def warm_shapes(self, limit_samples: int, pieces: int) -> list[tuple[int, ...]]:
         """Every spectrogram batch of ``pieces`` rows up to ``limit_samples`` and every LSTM batch those pieces can
@@ -219,7 +235,7 @@ class SpeakerEncoder:
             for count in frames:
                 self._mels([np.zeros((count - 1) * HOP, dtype=np.float32)] * pieces)
             for count in rows:
-                self.model(torch.zeros(count, PARTIAL_FRAMES, N_MELS, device=self.device))
+                self._embedded(torch.zeros(count, PARTIAL_FRAMES, N_MELS, device=self.device))
         return [(pieces, count) for count in frames] + [(count,) for count in rows]
 
     def _mels(self, waves: list[np.ndarray]) -> torch.Tensor:
