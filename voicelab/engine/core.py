@@ -361,9 +361,8 @@ class EngineCore:
         if release_graphs and self.graph_buckets():
             backend_release: Callable[[], int] = getattr(self.backend, "release_graphs", lambda: 0)
             cleanups.append(("CUDA graph pools (captured again on next use)", backend_release))
-            cleanups.append(
-                ("the voice renderer's CUDA graphs (captured again on their second use)", self.voice.release_graphs)
-            )
+            voice_graphs = "the voice stage's CUDA graphs: renderer and scoring (captured again on their second use)"
+            cleanups.append((voice_graphs, self.voice.release_graphs))
         return memory.clean_device_cache(self.device, cleanups)
 
     def after_job(self) -> CleanReport | None:
