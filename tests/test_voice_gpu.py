@@ -17,6 +17,7 @@ import torch
 from tests.gpu_needs import BUILTIN_ON_GPU, ECAPA, ENGLISH_VOICE, GE2E, needs
 from voicelab.engine.core import EngineCore
 from voicelab.engine.messages import SynthesisRequest
+from voicelab.judges import ecapa
 from voicelab.settings import Settings
 from voicelab.voice import encoder, pulse
 from voicelab.voice.analysis import f0_median_hz, ltas_db, resample
@@ -163,3 +164,24 @@ def test_a_warmed_scorer_builds_no_fft_plans_for_new_reply_lengths(speech: tuple
         assert scores[0].similarity_base is not None
     assert plans.size == before, "a scored reply built cuFFT plans the warming should have made"
     stage.unload()
+
+
+@ENGLISH_VOICE
+@GE2E
+@ECAPA
+def test_clean_cache_drops_the_scorings_graphs_and_cloned_requests_score_the_same_after() -> None:
+    core = EngineCore(Settings(device="cuda", backend=BUILTIN_ON_GPU))
+    try:
+        prompt = load_prompt(DATA / "arctic_slt_en_female.wav")
+        request = SynthesisRequest(text="The birch canoe slid on the smooth planks.", prompt=prompt, seed=5)
+        before = [core.synthesize(request) for _ in range(3)]  # the third replays what the second captured
+        stages = {bucket.stage for bucket in core.voice.graph_buckets()}
+        assert {ecapa.GRAPH_STAGE, encoder.GRAPH_STAGE} <= stages
+        report = core.clean_cache(clear_profiles=False)
+        assert core.voice.graph_buckets() == () and any("scoring" in step for step in report.cleared)
+        after = [core.synthesize(request) for _ in range(3)]  # captured again, after cuFFT's plans were dropped
+        for result in (*before[1:], *after):
+            assert result.similarity == pytest.approx(before[0].similarity, abs=1e-4)
+            assert result.similarity_ge2e == pytest.approx(before[0].similarity_ge2e, abs=1e-4)
+    finally:
+        core.close()

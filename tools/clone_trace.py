@@ -6,9 +6,10 @@
 whole cloned requests through ``EngineCore`` (the throughput bench's two-sentence texts and prompt, after warm-up)
 with the calls a cloned request makes wrapped and timed, the device synchronised around each: the backend's chunks,
 the renderer (its analysis and its synthesis inside it), the scoring (resampling, GE2E, ECAPA, the output's F0) and
-the style check; ``--sentences 6`` traces requests of about 20 s, the soak's longest (the warm-up's two-sentence
+the style check; ``--sentences 6`` traces requests of 23-30 s, the soak's longest (the warm-up's two-sentence
 requests leave their shapes to be met in the trace). It prints every request sorted by latency, so the tail shows
-which stage grew, then p50 / p95 per stage. ``--kernels N`` then profiles N unwrapped requests with
+which stage grew, then p50 / p95 per stage and the voice stage's CUDA graphs (the analysis', the encoders') with
+their capture-time timings. ``--kernels N`` then profiles N unwrapped requests with
 ``torch.profiler``: CUDA kernels launched and the device's busy time per request against its wall time (a launch-
 bound request keeps the device idle most of its time), and the ops with the most device time.
 """
@@ -191,6 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = f"{args.runs} cloned requests of {args.sentences} sentences each"
         print(f"{args.device}, renderer {core.voice.renderer}, {what}")
         print_stages(traced_requests(core, prompt, args.runs, args.sentences))
+        for b in core.voice.graph_buckets():
+            timing = f"eager {b.eager_ms:.2f} ms, replayed {b.graph_ms:.2f}"
+            print(f"graph {b.stage} {b.rows}x{b.length}: {timing}, {'kept' if b.kept else 'eager'}")
         if args.kernels and args.device.startswith("cuda"):
             print_kernels(core, prompt, args.kernels)
     return 0
