@@ -159,7 +159,6 @@ class _Run:
     client: Any
     device: str
     nvml: Any
-    latencies: list[float] = field(default_factory=list)
     requests: list[TimedRequest] = field(default_factory=list)
 
 
@@ -167,7 +166,7 @@ def _window(run: _Run, end: int, size: int) -> Window:
     import numpy as np
 
     stats = run.client.allocator_stats()  # queued behind the job's after-job hygiene: RSS after it
-    recent = run.latencies[-size:]
+    recent = [r.seconds for r in run.requests[-size:]]
     return Window(
         end=end,
         p50_s=float(np.percentile(recent, 50)),
@@ -214,8 +213,8 @@ def _run_mode(naive: bool, args: argparse.Namespace, conn: Any) -> None:
         prompt = None if item.prompt_index is None else prompts[item.prompt_index]
         started = time.perf_counter()
         service.generate(GenerationRequest(item.text, seed=index, prompt=prompt))  # results are on the host
-        run.latencies.append(time.perf_counter() - started)
-        run.requests.append(TimedRequest(index, len(item.text), prompt is not None, run.latencies[-1]))
+        seconds = time.perf_counter() - started
+        run.requests.append(TimedRequest(index, len(item.text), prompt is not None, seconds))
         if index % args.window == 0 or index == args.requests:
             conn.send(("window", _window(run, index, args.window)))
     if args.long_chars and (args.naive_long or not naive):
